@@ -1,0 +1,250 @@
+package processor
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/cache/synctrack"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/buffer"
+	"k8s.io/utils/clock"
+)
+
+var _ cache.ResourceEventHandlerRegistration = (*Listener)(nil)
+
+// crashPause is how long a listener waits after a recovered handler panic
+// before it handles the next notification (client-go: one second).
+const crashPause = time.Second
+
+// slowHandler is the duration above which a handler call is logged when the
+// listener's backlog exceeds its initial buffer size (client-go: 100ms).
+const slowHandler = 100 * time.Millisecond
+
+// Listener relays notifications to one handler: Distribute appends to its
+// buffer, and its own goroutine takes them out one at a time, in order, and
+// calls the handler. It is the registration returned by AddListener and
+// implements cache.ResourceEventHandlerRegistration.
+//
+// Goroutines: while its Processor runs, a listener has a run goroutine
+// (delivery) and a watchSynced goroutine (waits for the informer's sync);
+// both are owned by the Processor, started under its listenersLock and ended
+// by stop.
+type Listener struct {
+	handler       cache.ResourceEventHandler
+	name          string
+	logger        klog.Logger
+	clock         clock.Clock
+	slowThreshold int // backlog above which slow handler calls are logged
+
+	upstream cache.DoneChecker // nil: the informer counts as synced
+	synced   *synctrack.SingleFileTracker
+
+	// pendingLock guards pending, handling, idle and removed.
+	// Lock order: after Processor.listenersLock. Never held while the
+	// handler runs.
+	pendingLock sync.Mutex
+	// pending holds the notifications not yet taken by run, oldest first.
+	pending buffer.Ring[Notification]
+	// handling is true while run handles a notification it took out of
+	// pending (counted by Pending).
+	handling bool
+	// idle is true while run waits on wake; whoever clears it sends the
+	// one wake-up.
+	idle bool
+	// removed is set once, by stop: nothing is queued or handled after it.
+	removed bool
+	// wake carries at most one wake-up for an idle run goroutine.
+	wake chan struct{}
+
+	// stopCh is closed by stop, after removed is set.
+	stopCh chan struct{}
+	// finished is closed when run has returned, or by the Processor when
+	// run will never be started (ShutdownChan).
+	finished chan struct{}
+
+	// These fields are guarded by the owning Processor's listenersLock
+	// (held for writing); they are set before the listener is published.
+	started               bool // run and watchSynced were started
+	requestedResyncPeriod time.Duration
+	resyncPeriod          time.Duration
+	nextResync            time.Time
+}
+
+func newListener(handler cache.ResourceEventHandler, name string, logger klog.Logger, clk clock.Clock, bufferSize int, upstream cache.DoneChecker) *Listener {
+	upstreamName := "informer"
+	if upstream != nil {
+		upstreamName = upstream.Name()
+	}
+	return &Listener{
+		handler:       handler,
+		name:          name,
+		logger:        logger,
+		clock:         clk,
+		slowThreshold: bufferSize,
+		upstream:      upstream,
+		synced:        synctrack.NewSingleFileTracker(fmt.Sprintf("%s + event handler %s", upstreamName, name)),
+		pending:       *buffer.NewRing[Notification](buffer.RingOptions{InitialSize: bufferSize, NormalSize: bufferSize}),
+		wake:          make(chan struct{}, 1),
+		stopCh:        make(chan struct{}),
+		finished:      make(chan struct{}),
+	}
+}
+
+// Name returns the handler's name, as used in logs and metrics.
+func (l *Listener) Name() string { return l.name }
+
+// HasSynced reports whether the informer has synced and the handler has
+// handled every initial-list add queued to it.
+func (l *Listener) HasSynced() bool { return l.synced.HasSynced() }
+
+// HasSyncedChecker returns a cache.DoneChecker that is done when HasSynced
+// becomes true.
+func (l *Listener) HasSyncedChecker() cache.DoneChecker { return l.synced }
+
+// ShutdownChan is closed once the listener has been removed or its
+// Processor stopped, and no handler call is in progress any more. It makes
+// cache.ShutDownEventHandler work with this registration.
+func (l *Listener) ShutdownChan() <-chan struct{} { return l.finished }
+
+// Pending returns the number of notifications queued to the listener and
+// not yet handled, counting one whose handler call is in progress.
+func (l *Listener) Pending() int {
+	l.pendingLock.Lock()
+	defer l.pendingLock.Unlock()
+	n := l.pending.Len()
+	if l.handling {
+		n++
+	}
+	return n
+}
+
+// enqueue appends n to the buffer and wakes run if it waits. It never blocks
+// on the handler.
+func (l *Listener) enqueue(n Notification) {
+	l.pendingLock.Lock()
+	if l.removed {
+		l.pendingLock.Unlock()
+		return
+	}
+	if a, ok := n.(AddNotification); ok && a.InInitialList {
+		l.synced.Start()
+	}
+	l.pending.WriteOne(n)
+	signal := l.idle
+	l.idle = false
+	l.pendingLock.Unlock()
+	if signal {
+		select {
+		case l.wake <- struct{}{}:
+		default: // cannot happen: one wake-up per idle period
+		}
+	}
+}
+
+// stop marks the listener removed, drops its buffer and tells its
+// goroutines to return. Idempotent.
+func (l *Listener) stop() {
+	l.pendingLock.Lock()
+	defer l.pendingLock.Unlock()
+	if l.removed {
+		return
+	}
+	l.removed = true
+	l.pending = buffer.Ring[Notification]{}
+	close(l.stopCh)
+}
+
+// next takes the oldest notification, waiting for one; ok is false once the
+// listener is removed. backlog is what remains queued behind it.
+func (l *Listener) next() (n Notification, backlog int, ok bool) {
+	l.pendingLock.Lock()
+	l.handling = false
+	for {
+		if l.removed {
+			l.pendingLock.Unlock()
+			return nil, 0, false
+		}
+		if n, ok := l.pending.ReadOne(); ok {
+			l.handling = true
+			backlog := l.pending.Len()
+			l.pendingLock.Unlock()
+			return n, backlog, true
+		}
+		l.idle = true
+		l.pendingLock.Unlock()
+		select {
+		case <-l.wake:
+		case <-l.stopCh:
+		}
+		l.pendingLock.Lock()
+		l.idle = false
+	}
+}
+
+// run is the delivery goroutine: it hands notifications to the handler one
+// at a time until the listener is stopped.
+func (l *Listener) run() {
+	defer close(l.finished)
+	crashed := false
+	for {
+		if crashed {
+			// Only reached with utilruntime.ReallyCrash == false.
+			select {
+			case <-l.clock.After(crashPause):
+			case <-l.stopCh:
+				return
+			}
+		}
+		n, backlog, ok := l.next()
+		if !ok {
+			return
+		}
+		crashed = l.handle(n, backlog)
+	}
+}
+
+// handle calls the handler for n. A panic is passed to
+// utilruntime.HandleCrashWithLogger, which re-raises it unless
+// utilruntime.ReallyCrash is false; then handle reports crashed.
+func (l *Listener) handle(n Notification, backlog int) (crashed bool) {
+	crashed = true
+	defer utilruntime.HandleCrashWithLogger(l.logger)
+	if backlog > l.slowThreshold {
+		start := l.clock.Now()
+		defer func() {
+			if d := l.clock.Since(start); d > slowHandler {
+				l.logger.Info("Slow event handler", "duration", d, "pendingNotifications", backlog)
+			}
+		}()
+	}
+	switch n := n.(type) {
+	case AddNotification:
+		l.handler.OnAdd(n.Obj, n.InInitialList)
+		if n.InInitialList {
+			l.synced.Finished()
+		}
+	case UpdateNotification:
+		l.handler.OnUpdate(n.Old, n.New)
+	case DeleteNotification:
+		l.handler.OnDelete(n.Old)
+	}
+	return false
+}
+
+// watchSynced tells the sync tracker when the informer has synced. It is
+// started only after the initial list was queued, so the tracker cannot
+// report synced with initial adds still uncounted.
+func (l *Listener) watchSynced() {
+	if l.upstream == nil {
+		l.synced.UpstreamHasSynced()
+		return
+	}
+	select {
+	case <-l.upstream.Done():
+		l.synced.UpstreamHasSynced()
+	case <-l.stopCh:
+	}
+}
