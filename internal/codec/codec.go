@@ -1,0 +1,213 @@
+package codec
+
+import (
+	"bytes"
+	"fmt"
+	"reflect"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/boltinformer/boltinformer/store"
+)
+
+// Options configure a Codec. A nil *Options means the defaults.
+type Options struct {
+	// Scheme resolves the example object's kind. Default: client-go's
+	// kubernetes scheme.
+	Scheme *runtime.Scheme
+	// Keyring, when set, seals every payload with AES-GCM.
+	Keyring *Keyring
+	// ForceJSON stores typed objects as JSON even when they have protobuf.
+	ForceJSON bool
+}
+
+// Codec encodes and decodes the objects of one informer (one Go type).
+// It is safe for concurrent use.
+type Codec struct {
+	typ          reflect.Type // the example's struct type; nil for unstructured
+	gvk          schema.GroupVersionKind
+	kind         store.Codec
+	unstructured bool
+	raw          *protobuf.RawSerializer
+	seal         *sealer
+}
+
+type protoMarshaler interface {
+	Marshal() ([]byte, error)
+	Unmarshal([]byte) error
+}
+
+// New returns the codec for objects of example's type: protobuf when the
+// type has it, JSON otherwise (always for unstructured objects).
+func New(example runtime.Object, opts *Options) (*Codec, error) {
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	if o.Scheme == nil {
+		o.Scheme = scheme.Scheme
+	}
+	if example == nil {
+		return nil, fmt.Errorf("%w: nil example object", ErrUnsupportedType)
+	}
+	s, err := newSealer(o.Keyring)
+	if err != nil {
+		return nil, err
+	}
+	c := &Codec{seal: s}
+	switch example.(type) {
+	case *unstructured.Unstructured:
+		c.unstructured = true
+		c.kind = store.CodecJSON
+		c.gvk = example.GetObjectKind().GroupVersionKind()
+		return c, nil
+	}
+	t := reflect.TypeOf(example)
+	if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return nil, fmt.Errorf("%w: %T is not a pointer to a struct", ErrUnsupportedType, example)
+	}
+	c.typ = t.Elem()
+	if gvks, _, err := o.Scheme.ObjectKinds(example); err == nil && len(gvks) > 0 {
+		c.gvk = gvks[0]
+	} else {
+		c.gvk = example.GetObjectKind().GroupVersionKind()
+	}
+	if _, ok := example.(protoMarshaler); ok && !o.ForceJSON {
+		c.kind = store.CodecProtobuf
+		c.raw = protobuf.NewRawSerializer(o.Scheme, o.Scheme)
+	} else {
+		c.kind = store.CodecJSON
+	}
+	return c, nil
+}
+
+// GVK returns the kind the codec was built for (may be empty for an
+// unstructured example without one).
+func (c *Codec) GVK() schema.GroupVersionKind { return c.gvk }
+
+// Kind returns the payload codec this Codec writes.
+func (c *Codec) Kind() store.Codec { return c.kind }
+
+// Encrypted reports whether payloads are sealed.
+func (c *Codec) Encrypted() bool { return c.seal != nil }
+
+// Encode returns the record for obj stored under key. The key is bound to
+// a sealed payload as additional data, so sealed records cannot be swapped.
+func (c *Codec) Encode(key string, obj any) (*store.Record, error) {
+	ro, ok := obj.(runtime.Object)
+	if !ok {
+		return nil, fmt.Errorf("%w: %T is not a runtime.Object", ErrUnsupportedType, obj)
+	}
+	acc, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %T: %v", ErrUnsupportedType, obj, err)
+	}
+	r := &store.Record{
+		UID:             string(acc.GetUID()),
+		ResourceVersion: acc.GetResourceVersion(),
+		Codec:           c.kind,
+	}
+	gvk := ro.GetObjectKind().GroupVersionKind()
+	r.APIVersion, r.Kind = gvk.ToAPIVersionAndKind()
+	var payload []byte
+	switch {
+	case c.unstructured:
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return nil, fmt.Errorf("%w: %T in an unstructured informer", ErrUnsupportedType, obj)
+		}
+		payload, err = u.MarshalJSON()
+	case reflect.TypeOf(obj).Elem() != c.typ:
+		return nil, fmt.Errorf("%w: %T in an informer of %s", ErrUnsupportedType, obj, c.typ)
+	case c.kind == store.CodecProtobuf:
+		var buf bytes.Buffer
+		err = c.raw.Encode(ro, &buf)
+		payload = buf.Bytes()
+	default:
+		payload, err = utiljson.Marshal(obj)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("codec: encode %s %q: %w", c.kind, key, err)
+	}
+	if c.seal != nil {
+		payload, r.KeyID, err = c.seal.seal(payload, []byte(key))
+		if err != nil {
+			return nil, err
+		}
+	}
+	r.Payload = payload
+	return r, nil
+}
+
+// Decode returns the object of a record stored under key.
+func (c *Codec) Decode(key string, r *store.Record) (runtime.Object, error) {
+	payload := r.Payload
+	if r.KeyID != "" {
+		var err error
+		if payload, err = c.seal.open(r.KeyID, payload, []byte(key)); err != nil {
+			return nil, fmt.Errorf("codec: %q: %w", key, err)
+		}
+	}
+	obj, err := DecodePayload(r.Codec, payload, c.newObject())
+	if err != nil {
+		return nil, fmt.Errorf("codec: %q: %w", key, err)
+	}
+	if !c.unstructured {
+		// Restore the TypeMeta exactly as it was (usually empty for typed
+		// informers): the serializer defaults it.
+		obj.GetObjectKind().SetGroupVersionKind(schema.FromAPIVersionAndKind(r.APIVersion, r.Kind))
+	}
+	return obj, nil
+}
+
+func (c *Codec) newObject() runtime.Object {
+	if c.unstructured {
+		return &unstructured.Unstructured{}
+	}
+	return reflect.New(c.typ).Interface().(runtime.Object)
+}
+
+// rawSerializer decodes protobuf payloads of types that need no scheme.
+var rawSerializer = protobuf.NewRawSerializer(scheme.Scheme, scheme.Scheme)
+
+// DecodePayload decodes a plaintext payload of the given codec into into
+// (a new, empty object of the right type). Garbage is an error, never a
+// panic: the decoders of generated protobuf code can panic on some
+// malformed input, which is recovered here.
+func DecodePayload(kind store.Codec, payload []byte, into runtime.Object) (obj runtime.Object, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			obj, err = nil, fmt.Errorf("decode %s payload: %v", kind, r)
+		}
+	}()
+	switch kind {
+	case store.CodecProtobuf:
+		if _, ok := into.(protoMarshaler); !ok {
+			return nil, fmt.Errorf("%w: %T has no protobuf", ErrUnsupportedType, into)
+		}
+		obj, _, err = rawSerializer.Decode(payload, nil, into)
+		if err != nil {
+			return nil, fmt.Errorf("decode protobuf payload: %w", err)
+		}
+		return obj, nil
+	case store.CodecJSON:
+		if u, ok := into.(*unstructured.Unstructured); ok {
+			if err := u.UnmarshalJSON(payload); err != nil {
+				return nil, fmt.Errorf("decode json payload: %w", err)
+			}
+			return u, nil
+		}
+		if err := utiljson.Unmarshal(payload, into); err != nil {
+			return nil, fmt.Errorf("decode json payload: %w", err)
+		}
+		return into, nil
+	default:
+		return nil, fmt.Errorf("%w %d", ErrUnknownCodec, kind)
+	}
+}

@@ -1,0 +1,148 @@
+package store
+
+import (
+	"fmt"
+)
+
+// Problem is one inconsistency found by Check.
+type Problem struct {
+	// Informer is the informer concerned, or "" for the file.
+	Informer string
+	// Err describes it; it wraps ErrCorrupt.
+	Err error
+}
+
+// Error implements error.
+func (p Problem) Error() string {
+	if p.Informer == "" {
+		return p.Err.Error()
+	}
+	return fmt.Sprintf("informer %q: %v", p.Informer, p.Err)
+}
+
+// Unwrap returns the cause.
+func (p Problem) Unwrap() error { return p.Err }
+
+// CheckOptions bound what Check reports.
+type CheckOptions struct {
+	// MaxProblems stops the check after this many problems (0: 1000).
+	MaxProblems int
+}
+
+// Check verifies the whole file: bbolt's own page consistency check; every
+// state record and object record decodes and its payload checksum matches;
+// every index entry points to an existing object that has that value; every
+// object's index values have their entries; the state's object count is
+// right. It returns the problems found (nil: consistent). Index buckets are
+// derived state, and this is their proof (like bbolt's Tx.Check).
+func (db *DB) Check(opts *CheckOptions) ([]Problem, error) {
+	max := 1000
+	if opts != nil && opts.MaxProblems > 0 {
+		max = opts.MaxProblems
+	}
+	var probs []Problem
+	full := func() bool { return len(probs) >= max }
+	add := func(inf string, format string, args ...any) {
+		if !full() {
+			probs = append(probs, Problem{Informer: inf, Err: corruptf(format, args...)})
+		}
+	}
+	err := db.View(func(tx *Tx) error {
+		for e := range tx.tx.Check() {
+			add("", "bbolt: %v", e)
+			if full() {
+				return nil
+			}
+		}
+		for _, inf := range tx.Informers() {
+			checkInformer(tx, inf, add, full)
+			if full() {
+				return nil
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return probs, err
+	}
+	return probs, nil
+}
+
+func checkInformer(tx *Tx, inf string, add func(string, string, ...any), full func() bool) {
+	st, err := tx.State(inf)
+	if err != nil {
+		add(inf, "%v", err)
+	}
+	// want[index][value\x00key] from the records.
+	want := map[string]map[string]bool{}
+	var n int64
+	_ = tx.ForEachRaw(inf, func(key string, raw []byte) error {
+		n++
+		r, err := DecodeRecord(raw)
+		if err != nil {
+			add(inf, "object %q: %v", key, err)
+			return nil
+		}
+		for _, iv := range r.Indexed {
+			m := want[iv.Index]
+			if m == nil {
+				m = map[string]bool{}
+				want[iv.Index] = m
+			}
+			for _, v := range iv.Values {
+				m[string(indexEntryKey(v, key))] = true
+			}
+		}
+		if full() {
+			return errStop
+		}
+		return nil
+	})
+	if st != nil && st.Objects != n {
+		add(inf, "state counts %d objects, bucket holds %d", st.Objects, n)
+	}
+	if st != nil {
+		for _, name := range st.Indexes {
+			if !tx.HasIndex(inf, name) && len(want[name]) > 0 {
+				add(inf, "index %q named in state has no bucket", name)
+			}
+		}
+	}
+	for _, name := range tx.Indexes(inf) {
+		m := want[name]
+		_ = tx.ForEachIndexEntry(inf, name, func(value, key string) error {
+			k := string(indexEntryKey(value, key))
+			if m[k] {
+				delete(m, k)
+				return nil
+			}
+			if tx.GetRaw(inf, key) == nil {
+				add(inf, "index %q value %q points to missing object %q", name, value, key)
+			} else {
+				add(inf, "index %q value %q points to object %q, which does not have that value", name, value, key)
+			}
+			if full() {
+				return errStop
+			}
+			return nil
+		})
+		delete(want, name)
+		for k := range m {
+			v, key, _ := splitIndexEntryKey([]byte(k))
+			add(inf, "object %q has value %q in index %q but no index entry", key, v, name)
+		}
+	}
+	for name, m := range want {
+		for k := range m {
+			v, key, _ := splitIndexEntryKey([]byte(k))
+			add(inf, "object %q has value %q in index %q, which has no bucket", key, v, name)
+			break
+		}
+	}
+}
+
+type stopError struct{}
+
+func (stopError) Error() string { return "stop" }
+
+var errStop error = stopError{}

@@ -1,0 +1,296 @@
+package store
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Op is one mutation of one object. A nil Record deletes the key.
+type Op struct {
+	Key string
+	// Record is the object's new envelope; nil deletes the object.
+	Record *Record
+	// Raw is Record encoded by EncodeRecord. Commit encodes Record when Raw
+	// is nil; sources that encode off the commit path set it.
+	Raw []byte
+}
+
+// Batch is the mutations of one informer that go into one transaction,
+// together with the state record they bring the informer to.
+type Batch struct {
+	Informer string
+	// Reset drops all objects and index buckets of the informer before Ops
+	// are applied (a cold start replacing old data).
+	Reset bool
+	// DropIndexes removes these index buckets.
+	DropIndexes []string
+	// Ops are applied in order.
+	Ops []Op
+	// State, when non-nil, is written after the Ops; the store sets its
+	// Objects count and LastCommit.
+	State *State
+	// Token is the source's own, carried back to Source.Committed.
+	Token any
+}
+
+// Commit applies the batches in one bbolt transaction with one fsync
+// (unless the DB was opened with NoSync). Either all of them are on disk
+// when it returns nil, or none is.
+func (db *DB) Commit(batches ...*Batch) error {
+	for _, b := range batches {
+		if err := validName(b.Informer); err != nil {
+			return err
+		}
+		for i := range b.Ops {
+			if err := validKey(b.Ops[i].Key); err != nil {
+				return fmt.Errorf("informer %q: %w", b.Informer, err)
+			}
+			if b.Ops[i].Record != nil && b.Ops[i].Raw == nil {
+				raw, err := EncodeRecord(b.Ops[i].Record)
+				if err != nil {
+					return err
+				}
+				b.Ops[i].Raw = raw
+			}
+		}
+	}
+	now := db.clock.Now().UTC()
+	err := db.update(func(tx *bolt.Tx) error {
+		for _, b := range batches {
+			if err := applyBatch(tx, b, now); err != nil {
+				return fmt.Errorf("informer %q: %w", b.Informer, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: commit to %s: %w", db.path, err)
+	}
+	return nil
+}
+
+// informerBuckets are the buckets of one informer within a write tx.
+type informerBuckets struct {
+	root, objects, indexes *bolt.Bucket
+	index                  map[string]*bolt.Bucket
+}
+
+func openInformer(tx *bolt.Tx, name string) (*informerBuckets, error) {
+	all, err := tx.CreateBucketIfNotExists(bucketInformers)
+	if err != nil {
+		return nil, err
+	}
+	root, err := all.CreateBucketIfNotExists([]byte(name))
+	if err != nil {
+		return nil, err
+	}
+	ib := &informerBuckets{root: root, index: map[string]*bolt.Bucket{}}
+	if ib.objects, err = root.CreateBucketIfNotExists(bucketObjects); err != nil {
+		return nil, err
+	}
+	if ib.indexes, err = root.CreateBucketIfNotExists(bucketIndexes); err != nil {
+		return nil, err
+	}
+	return ib, nil
+}
+
+func (ib *informerBuckets) indexBucket(name string) (*bolt.Bucket, error) {
+	if b, ok := ib.index[name]; ok {
+		return b, nil
+	}
+	if err := validName(name); err != nil {
+		return nil, err
+	}
+	b, err := ib.indexes.CreateBucketIfNotExists([]byte(name))
+	if err != nil {
+		return nil, fmt.Errorf("index bucket %q: %w", name, err)
+	}
+	ib.index[name] = b
+	return b, nil
+}
+
+func applyBatch(tx *bolt.Tx, b *Batch, now time.Time) error {
+	if b.Reset {
+		all := tx.Bucket(bucketInformers)
+		if root := all.Bucket([]byte(b.Informer)); root != nil {
+			for _, name := range [][]byte{bucketObjects, bucketIndexes} {
+				if root.Bucket(name) != nil {
+					if err := root.DeleteBucket(name); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	ib, err := openInformer(tx, b.Informer)
+	if err != nil {
+		return err
+	}
+	for _, name := range b.DropIndexes {
+		if ib.indexes.Bucket([]byte(name)) != nil {
+			if err := ib.indexes.DeleteBucket([]byte(name)); err != nil {
+				return fmt.Errorf("drop index %q: %w", name, err)
+			}
+		}
+	}
+	var delta int64
+	for i := range b.Ops {
+		d, err := ib.apply(&b.Ops[i])
+		if err != nil {
+			return fmt.Errorf("key %q: %w", b.Ops[i].Key, err)
+		}
+		delta += d
+	}
+	if b.State == nil {
+		return nil
+	}
+	st := *b.State
+	st.Objects = countObjects(ib, b.Reset, delta)
+	st.LastCommit = now.UTC()
+	if st.Created.IsZero() {
+		st.Created = st.LastCommit
+	}
+	sort.Strings(st.Indexes)
+	raw, err := EncodeState(&st)
+	if err != nil {
+		return err
+	}
+	return ib.root.Put(keyState, raw)
+}
+
+// countObjects derives the new object count from the previous state record
+// and the batch's delta, falling back to a count of the bucket.
+func countObjects(ib *informerBuckets, reset bool, delta int64) int64 {
+	if !reset {
+		if v := ib.root.Get(keyState); v != nil {
+			if old, err := DecodeState(v); err == nil {
+				if n := old.Objects + delta; n >= 0 {
+					return n
+				}
+			}
+		}
+	}
+	return int64(ib.objects.Stats().KeyN)
+}
+
+// apply writes one op and keeps the index buckets in step. It returns the
+// change in the number of objects.
+func (ib *informerBuckets) apply(op *Op) (int64, error) {
+	key := []byte(op.Key)
+	var old *Record
+	var delta int64
+	if raw := ib.objects.Get(key); raw != nil {
+		r, err := DecodeRecord(raw)
+		if err != nil {
+			// The old envelope is damaged: remove its index entries the
+			// slow way, so no entry is left pointing at a changed object.
+			if err := ib.scrubIndexEntries(op.Key); err != nil {
+				return 0, err
+			}
+			r = &Record{}
+		}
+		old = r
+	} else {
+		delta = 1
+	}
+	var nw *Record
+	if op.Record != nil {
+		nw = op.Record
+	}
+	if err := ib.updateIndexEntries(op.Key, old, nw); err != nil {
+		return 0, err
+	}
+	if nw == nil {
+		if old == nil {
+			return 0, nil
+		}
+		return -1, ib.objects.Delete(key)
+	}
+	return delta, ib.objects.Put(key, op.Raw)
+}
+
+func (ib *informerBuckets) updateIndexEntries(key string, old, nw *Record) error {
+	oldSet := map[string][]string{}
+	if old != nil {
+		for _, iv := range old.Indexed {
+			oldSet[iv.Index] = iv.Values
+		}
+	}
+	newSet := map[string][]string{}
+	if nw != nil {
+		for _, iv := range nw.Indexed {
+			newSet[iv.Index] = iv.Values
+		}
+	}
+	for name, vals := range oldSet {
+		keep := newSet[name]
+		for _, v := range vals {
+			if contains(keep, v) {
+				continue
+			}
+			b, err := ib.indexBucket(name)
+			if err != nil {
+				return err
+			}
+			if err := b.Delete(indexEntryKey(v, key)); err != nil {
+				return err
+			}
+		}
+	}
+	for name, vals := range newSet {
+		had := oldSet[name]
+		b, err := ib.indexBucket(name)
+		if err != nil {
+			return err
+		}
+		for _, v := range vals {
+			if contains(had, v) {
+				continue
+			}
+			if len(v) > maxKeySize {
+				return fmt.Errorf("%w: index %q value of %d bytes", ErrInvalidKey, name, len(v))
+			}
+			if err := b.Put(indexEntryKey(v, key), nil); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// scrubIndexEntries removes every index entry of key, scanning all buckets.
+func (ib *informerBuckets) scrubIndexEntries(key string) error {
+	var names [][]byte
+	_ = ib.indexes.ForEachBucket(func(k []byte) error {
+		names = append(names, append([]byte(nil), k...))
+		return nil
+	})
+	for _, name := range names {
+		b := ib.indexes.Bucket(name)
+		var dead [][]byte
+		c := b.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			if _, ek, ok := splitIndexEntryKey(k); ok && ek == key {
+				dead = append(dead, append([]byte(nil), k...))
+			}
+		}
+		for _, k := range dead {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func contains(vals []string, v string) bool {
+	for _, x := range vals {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,298 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+	"k8s.io/utils/clock"
+)
+
+// DefaultLockTimeout is how long Open waits for another process's file lock
+// when Options.Timeout is zero.
+const DefaultLockTimeout = 2 * time.Second
+
+// Options configure Open. A nil *Options means the defaults.
+type Options struct {
+	// Timeout is how long to wait for the file lock before returning
+	// ErrLocked. Zero means DefaultLockTimeout; negative means try once.
+	Timeout time.Duration
+	// ReadOnly opens the file with a shared lock and refuses writes. The
+	// file must exist and be initialised.
+	ReadOnly bool
+	// NoSync skips fsync on commit. It gives up durability: for tests and
+	// benchmarks only.
+	NoSync bool
+	// Clock is used for creation and commit times. Default: the real clock.
+	Clock clock.PassiveClock
+	// OpenFile is passed to bbolt (test hook, like bbolt's Options.OpenFile).
+	OpenFile func(string, int, os.FileMode) (*os.File, error)
+	// BeforeCommit, when set, is called inside every write transaction just
+	// before it commits; an error aborts the transaction (failpoint hook).
+	BeforeCommit func() error
+	// InitialMmapSize is passed to bbolt.
+	InitialMmapSize int
+}
+
+// DB is an open cache file. It is safe for concurrent use. The zero value is
+// not usable: use Open.
+type DB struct {
+	path     string
+	readOnly bool
+	clock    clock.PassiveClock
+	hook     func() error
+	created  time.Time
+
+	// closeMu guards bolt against Close while a transaction runs: readers
+	// and writers hold it shared, Close holds it exclusively.
+	closeMu sync.RWMutex
+	bolt    *bolt.DB // nil once closed
+}
+
+// Open opens (creating, unless read-only) the cache file at path. The file
+// is created with mode 0600 and its directory, if missing, with 0700.
+//
+// Errors: ErrLocked if another process holds the file past the timeout;
+// ErrForeign for a file not written by boltinformer; a *VersionError for an
+// unsupported format version; ErrCorrupt for a damaged file. On any error
+// the file is left as it was.
+func Open(path string, opts *Options) (db *DB, err error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	c := opts.Clock
+	if c == nil {
+		c = clock.RealClock{}
+	}
+	if !opts.ReadOnly {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("store: create directory of %s: %w", path, err)
+		}
+	} else if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	if err := precheckFile(path); err != nil {
+		return nil, err
+	}
+	timeout := opts.Timeout
+	switch {
+	case timeout == 0:
+		timeout = DefaultLockTimeout
+	case timeout < 0:
+		timeout = time.Nanosecond
+	}
+	bopts := &bolt.Options{
+		Timeout:         timeout,
+		ReadOnly:        opts.ReadOnly,
+		NoSync:          opts.NoSync,
+		OpenFile:        opts.OpenFile,
+		InitialMmapSize: opts.InitialMmapSize,
+		FreelistType:    bolt.FreelistMapType,
+	}
+	// bbolt may panic on a damaged file; contain it (DESIGN invariant 6).
+	defer func() {
+		if r := recover(); r != nil {
+			db = nil
+			err = corruptf("%s: %v", path, r)
+		}
+	}()
+	bdb, err := bolt.Open(path, 0o600, bopts)
+	if err != nil {
+		switch {
+		case errors.Is(err, bolterrors.ErrTimeout):
+			return nil, fmt.Errorf("%w: %s (waited %s)", ErrLocked, path, timeout)
+		case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrChecksum),
+			errors.Is(err, bolterrors.ErrVersionMismatch), errors.Is(err, bolterrors.ErrInvalidMapping):
+			return nil, corruptf("%s: %v", path, err)
+		}
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	db = &DB{path: path, readOnly: opts.ReadOnly, clock: c, hook: opts.BeforeCommit, bolt: bdb}
+	if err := db.init(); err != nil {
+		_ = bdb.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// precheckFile rejects, before bbolt maps it, a file too short to hold
+// bbolt's two meta pages (bbolt itself treats an empty file as new).
+func precheckFile(path string) error {
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("store: stat %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%w: %s is not a regular file", ErrForeign, path)
+	}
+	if fi.Size() > 0 && fi.Size() < 2*1024 {
+		return corruptf("%s: file is %d bytes, shorter than two bbolt meta pages", path, fi.Size())
+	}
+	return nil
+}
+
+// init validates the meta record, or writes it into a new file.
+func (db *DB) init() error {
+	var hdr []byte
+	var foreign bool
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bucketMeta); b != nil {
+			hdr = append([]byte(nil), b.Get(keyHeader)...)
+			return nil
+		}
+		return tx.ForEach(func([]byte, *bolt.Bucket) error {
+			foreign = true
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("store: read meta of %s: %w", db.path, err)
+	}
+	switch {
+	case foreign:
+		return fmt.Errorf("%w: %s has buckets but no %q bucket", ErrForeign, db.path, bucketMeta)
+	case hdr != nil:
+		h, err := decodeHeader(db.path, hdr)
+		if err != nil {
+			return err
+		}
+		db.created = h.Created
+		return nil
+	case db.readOnly:
+		return fmt.Errorf("%w: %s is empty", ErrForeign, db.path)
+	}
+	now := db.clock.Now().UTC()
+	err = db.bolt.Update(func(tx *bolt.Tx) error {
+		m, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.CreateBucketIfNotExists(bucketInformers); err != nil {
+			return err
+		}
+		return m.Put(keyHeader, encodeHeader(header{Version: FormatVersion, Created: now}))
+	})
+	if err != nil {
+		return fmt.Errorf("store: initialise %s: %w", db.path, err)
+	}
+	db.created = now
+	return nil
+}
+
+// Path returns the file's path.
+func (db *DB) Path() string { return db.path }
+
+// ReadOnly reports whether the DB was opened read-only.
+func (db *DB) ReadOnly() bool { return db.readOnly }
+
+// Created returns when the file was created.
+func (db *DB) Created() time.Time { return db.created }
+
+// Close closes the file, waiting for running transactions. Closing twice is
+// not an error.
+func (db *DB) Close() error {
+	db.closeMu.Lock()
+	defer db.closeMu.Unlock()
+	if db.bolt == nil {
+		return nil
+	}
+	err := db.bolt.Close()
+	db.bolt = nil
+	if err != nil {
+		return fmt.Errorf("store: close %s: %w", db.path, err)
+	}
+	return nil
+}
+
+// Size returns the file's size in bytes.
+func (db *DB) Size() (int64, error) {
+	fi, err := os.Stat(db.path)
+	if err != nil {
+		return 0, fmt.Errorf("store: stat %s: %w", db.path, err)
+	}
+	return fi.Size(), nil
+}
+
+// View runs fn in a read-only transaction. A bbolt panic on a damaged page
+// is returned as ErrCorrupt.
+func (db *DB) View(fn func(*Tx) error) (err error) {
+	db.closeMu.RLock()
+	defer db.closeMu.RUnlock()
+	if db.bolt == nil {
+		return ErrClosed
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = corruptf("%s: read: %v", db.path, r)
+		}
+	}()
+	return db.bolt.View(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx}) })
+}
+
+// Bolt runs fn with the underlying bbolt DB (for statistics, compaction and
+// checks by cmd/inspect). fn must not write unless the DB is writable and
+// must not keep db after it returns.
+func (db *DB) Bolt(fn func(*bolt.DB) error) (err error) {
+	db.closeMu.RLock()
+	defer db.closeMu.RUnlock()
+	if db.bolt == nil {
+		return ErrClosed
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = corruptf("%s: %v", db.path, r)
+		}
+	}()
+	return fn(db.bolt)
+}
+
+// update runs fn in a write transaction with the commit hook.
+func (db *DB) update(fn func(*bolt.Tx) error) (err error) {
+	if db.readOnly {
+		return ErrReadOnly
+	}
+	db.closeMu.RLock()
+	defer db.closeMu.RUnlock()
+	if db.bolt == nil {
+		return ErrClosed
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = corruptf("%s: write: %v", db.path, r)
+		}
+	}()
+	return db.bolt.Update(func(btx *bolt.Tx) error {
+		if err := fn(btx); err != nil {
+			return err
+		}
+		if db.hook != nil {
+			return db.hook()
+		}
+		return nil
+	})
+}
+
+// DeleteInformer removes an informer's bucket (objects, indexes and state).
+// Removing an absent informer is not an error.
+func (db *DB) DeleteInformer(name string) error {
+	err := db.update(func(tx *bolt.Tx) error {
+		inf := tx.Bucket(bucketInformers)
+		if inf == nil || inf.Bucket([]byte(name)) == nil {
+			return nil
+		}
+		return inf.DeleteBucket([]byte(name))
+	})
+	if err != nil {
+		return fmt.Errorf("store: delete informer %q: %w", name, err)
+	}
+	return nil
+}
