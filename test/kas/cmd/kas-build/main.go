@@ -1,0 +1,26 @@
+// Command kas-build builds (or finds in the cache) the kas binary and prints
+// its path. build.sh runs it; the harness calls the same code directly.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/boltinformer/boltinformer/test/kas/internal/kasbuild"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	res, err := kasbuild.Build(ctx, kasbuild.Options{
+		Logf: func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) },
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kas-build:", err)
+		os.Exit(1)
+	}
+	fmt.Println(res.Binary)
+}

@@ -1,0 +1,76 @@
+package kasbuild
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func writeFile(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSourceHash(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "go.mod"), "module "+ModulePath+"\n")
+	writeFile(t, filepath.Join(dir, "go.sum"), "")
+	writeFile(t, filepath.Join(dir, "cmd/kas/main.go"), "package main\n")
+	writeFile(t, filepath.Join(dir, "internal/x/x.go"), "package x\n")
+	h0, err := SourceHash(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h1, _ := SourceHash(dir); h1 != h0 || len(h0) != 16 {
+		t.Fatalf("hash %q then %q, want the same 16 hex digits", h0, h1)
+	}
+
+	// Tests and files outside cmd/kas and internal/ do not change the binary.
+	writeFile(t, filepath.Join(dir, "internal/x/x_test.go"), "package x\n")
+	writeFile(t, filepath.Join(dir, "harness/h.go"), "package harness\n")
+	writeFile(t, filepath.Join(dir, "README.md"), "hi\n")
+	if h, _ := SourceHash(dir); h != h0 {
+		t.Fatal("hash changed for a file that is not part of the binary")
+	}
+
+	for _, f := range []string{"go.sum", "cmd/kas/main.go", "internal/x/x.go"} {
+		writeFile(t, filepath.Join(dir, f), "// changed\n")
+		h, _ := SourceHash(dir)
+		if h == h0 {
+			t.Fatalf("hash did not change with %s", f)
+		}
+		h0 = h
+	}
+	writeFile(t, filepath.Join(dir, "internal/y/y.go"), "package y\n")
+	if h, _ := SourceHash(dir); h == h0 {
+		t.Fatal("hash did not change with a new file")
+	}
+}
+
+func TestFindModuleDir(t *testing.T) {
+	dir, err := findModuleDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !isKasModule(dir) {
+		t.Fatalf("%s is not the kas module", dir)
+	}
+}
+
+func TestBuildUsesKASBinary(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "kas")
+	writeFile(t, bin, "")
+	t.Setenv("KAS_BINARY", bin)
+	res, err := Build(t.Context(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Binary != bin || res.Built {
+		t.Fatalf("Build = %+v, want %s from $KAS_BINARY", res, bin)
+	}
+}
