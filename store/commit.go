@@ -16,6 +16,10 @@ type Op struct {
 	// Raw is Record encoded by EncodeRecord. Commit encodes Record when Raw
 	// is nil; sources that encode off the commit path set it.
 	Raw []byte
+	// IndexOnly rewrites only the index values of the stored record (from
+	// Record.Indexed), keeping its payload: an index backfill. It is a no-op
+	// for an absent key.
+	IndexOnly bool
 }
 
 // Batch is the mutations of one informer that go into one transaction,
@@ -48,7 +52,7 @@ func (db *DB) Commit(batches ...*Batch) error {
 			if err := validKey(b.Ops[i].Key); err != nil {
 				return fmt.Errorf("informer %q: %w", b.Informer, err)
 			}
-			if b.Ops[i].Record != nil && b.Ops[i].Raw == nil {
+			if b.Ops[i].Record != nil && b.Ops[i].Raw == nil && !b.Ops[i].IndexOnly {
 				raw, err := EncodeRecord(b.Ops[i].Record)
 				if err != nil {
 					return err
@@ -173,7 +177,12 @@ func countObjects(ib *informerBuckets, reset bool, delta int64) int64 {
 			}
 		}
 	}
-	return int64(ib.objects.Stats().KeyN)
+	var n int64
+	c := ib.objects.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		n++
+	}
+	return n
 }
 
 // apply writes one op and keeps the index buckets in step. It returns the
@@ -199,6 +208,21 @@ func (ib *informerBuckets) apply(op *Op) (int64, error) {
 	var nw *Record
 	if op.Record != nil {
 		nw = op.Record
+	}
+	if op.IndexOnly {
+		if old == nil || nw == nil {
+			return 0, nil
+		}
+		re := *old
+		re.Indexed = nw.Indexed
+		raw, err := EncodeRecord(&re)
+		if err != nil {
+			return 0, err
+		}
+		if err := ib.updateIndexEntries(op.Key, old, &re); err != nil {
+			return 0, err
+		}
+		return 0, ib.objects.Put(key, raw)
 	}
 	if err := ib.updateIndexEntries(op.Key, old, nw); err != nil {
 		return 0, err
@@ -227,13 +251,15 @@ func (ib *informerBuckets) updateIndexEntries(key string, old, nw *Record) error
 	}
 	for name, vals := range oldSet {
 		keep := newSet[name]
+		// An index dropped since the old record was written has no bucket:
+		// its stale values are forgotten, not recreated.
+		b := ib.indexes.Bucket([]byte(name))
+		if b == nil {
+			continue
+		}
 		for _, v := range vals {
 			if contains(keep, v) {
 				continue
-			}
-			b, err := ib.indexBucket(name)
-			if err != nil {
-				return err
 			}
 			if err := b.Delete(indexEntryKey(v, key)); err != nil {
 				return err

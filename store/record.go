@@ -126,6 +126,9 @@ func EncodeRecord(r *Record) ([]byte, error) {
 // reported as an error wrapping ErrCorrupt, never a panic.
 func DecodeRecord(b []byte) (*Record, error) {
 	var r Record
+	if err := checkMsgpack(b); err != nil {
+		return nil, fmt.Errorf("%w: record: %v", ErrCorrupt, err)
+	}
 	if err := msgpack.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("%w: record: %v", ErrCorrupt, err)
 	}
@@ -181,6 +184,9 @@ func EncodeState(s *State) ([]byte, error) {
 // DecodeState decodes a state record; damage wraps ErrCorrupt.
 func DecodeState(b []byte) (*State, error) {
 	var s State
+	if err := checkMsgpack(b); err != nil {
+		return nil, fmt.Errorf("%w: state record: %v", ErrCorrupt, err)
+	}
 	if err := msgpack.Unmarshal(b, &s); err != nil {
 		return nil, fmt.Errorf("%w: state record: %v", ErrCorrupt, err)
 	}

@@ -1,0 +1,124 @@
+package indexer
+
+import (
+	"fmt"
+	"sort"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/boltinformer/boltinformer/store"
+)
+
+// indexSet is the in-memory form of the index buckets: for each index, the
+// keys of the objects having each value. Both memory modes keep it (it
+// holds only keys). It is guarded by Indexer.mu.
+type indexSet struct {
+	// names are the index names, sorted; item.vals is aligned with them.
+	names    []string
+	funcs    []cache.IndexFunc
+	indexers cache.Indexers
+	// byName[name][value] is the set of keys.
+	byName map[string]map[string]sets.Set[string]
+}
+
+func newIndexSet(indexers cache.Indexers) *indexSet {
+	s := &indexSet{indexers: cache.Indexers{}, byName: map[string]map[string]sets.Set[string]{}}
+	for name, f := range indexers {
+		s.indexers[name] = f
+	}
+	s.names = make([]string, 0, len(s.indexers))
+	for name := range s.indexers {
+		s.names = append(s.names, name)
+	}
+	sort.Strings(s.names)
+	for _, name := range s.names {
+		s.funcs = append(s.funcs, s.indexers[name])
+		s.byName[name] = map[string]sets.Set[string]{}
+	}
+	return s
+}
+
+func (s *indexSet) position(name string) int {
+	i := sort.SearchStrings(s.names, name)
+	if i < len(s.names) && s.names[i] == name {
+		return i
+	}
+	return -1
+}
+
+// compute runs every index function on obj. An index function's error is
+// returned (client-go's indexer panics instead).
+func (s *indexSet) compute(key string, obj any) ([][]string, error) {
+	if len(s.funcs) == 0 {
+		return nil, nil
+	}
+	vals := make([][]string, len(s.funcs))
+	for i, f := range s.funcs {
+		v, err := f(obj)
+		if err != nil {
+			return nil, fmt.Errorf("indexer: unable to calculate an index entry for key %q on index %q: %w", key, s.names[i], err)
+		}
+		vals[i] = v
+	}
+	return vals, nil
+}
+
+// update moves key from its old values to its new ones.
+func (s *indexSet) update(key string, old, nw [][]string) {
+	for i, name := range s.names {
+		var o, n []string
+		if i < len(old) {
+			o = old[i]
+		}
+		if i < len(nw) {
+			n = nw[i]
+		}
+		if len(o) == 1 && len(n) == 1 && o[0] == n[0] {
+			continue
+		}
+		idx := s.byName[name]
+		for _, v := range o {
+			if set := idx[v]; set != nil {
+				set.Delete(key)
+				if set.Len() == 0 {
+					delete(idx, v)
+				}
+			}
+		}
+		for _, v := range n {
+			set := idx[v]
+			if set == nil {
+				set = sets.New[string]()
+				idx[v] = set
+			}
+			set.Insert(key)
+		}
+	}
+}
+
+// asMap returns vals keyed by index name, for a store record.
+func (s *indexSet) asMap(vals [][]string) map[string][]string {
+	if len(vals) == 0 {
+		return nil
+	}
+	m := make(map[string][]string, len(vals))
+	for i, v := range vals {
+		if len(v) > 0 {
+			m[s.names[i]] = v
+		}
+	}
+	return m
+}
+
+// fromRecord aligns a record's index values with s.names.
+func (s *indexSet) fromRecord(r *store.Record) [][]string {
+	if len(s.names) == 0 {
+		return nil
+	}
+	vals := make([][]string, len(s.names))
+	for i, name := range s.names {
+		vals[i] = r.Values(name)
+	}
+	return vals
+}

@@ -1,0 +1,696 @@
+package indexer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sort"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/cache"
+	clientgofeaturegate "k8s.io/client-go/features"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/lru"
+
+	"github.com/boltinformer/boltinformer/internal/codec"
+	"github.com/boltinformer/boltinformer/store"
+)
+
+// Mode selects what the indexer keeps in memory.
+type Mode int
+
+const (
+	// Full keeps every decoded object in memory: reads never touch the file.
+	Full Mode = iota
+	// Bounded keeps only keys, index sets and an LRU of decoded objects; a
+	// miss decodes from the file.
+	Bounded
+)
+
+// DefaultCacheSize is the number of decoded objects a Bounded indexer keeps
+// when Options.CacheSize is zero.
+const DefaultCacheSize = 1024
+
+// Options configure Open. Example is required.
+type Options struct {
+	// Example is an object of the informer's type (e.g. &corev1.Pod{}, or
+	// &unstructured.Unstructured{} for CRDs); it selects the payload codec.
+	Example any
+	// Mode is Full (default) or Bounded.
+	Mode Mode
+	// CacheSize bounds the decoded objects of a Bounded indexer.
+	CacheSize int
+	// KeyFunc makes the store key. Default: cache.DeletionHandlingMetaNamespaceKeyFunc.
+	KeyFunc cache.KeyFunc
+	// Keyring, when set, encrypts payloads at rest (AES-GCM).
+	Keyring *codec.Keyring
+	// ForceJSON stores typed objects as JSON instead of protobuf.
+	ForceJSON bool
+	// Committer is the group-commit loop to write through (shared among the
+	// informers of one file). Nil: the indexer runs its own until Close.
+	Committer *store.Committer
+	// CommitterOptions configure the indexer's own committer.
+	CommitterOptions *store.CommitterOptions
+	// Fresh ignores what the file holds for this informer: the indexer
+	// starts empty and the old data is replaced only when the first Replace
+	// (a complete list) commits (a cold start).
+	Fresh bool
+	// Identity fills the identity fields of the state record (ClusterID,
+	// Resource, ListOptions, Transform); the rest is the indexer's.
+	Identity store.State
+	// Logger is used for errors that have no caller to return to.
+	Logger *klog.Logger
+}
+
+// item is what memory holds per key. Guarded by Indexer.mu.
+type item struct {
+	obj      any // Full mode: the decoded object; Bounded: nil
+	rv, uid  string
+	vals     [][]string // index values, aligned with indexSet.names
+	valNames []string   // the names vals is aligned with
+}
+
+type opKind uint8
+
+const (
+	opPut opKind = iota
+	opDelete
+	opReindex // rewrite only the record's index values
+)
+
+// pendingOp is a mutation not yet on disk; only the last per key is kept.
+type pendingOp struct {
+	kind  opKind
+	obj   any
+	names []string
+	vals  [][]string
+}
+
+// Indexer is a cache.Indexer (and cache.TransactionStore) persisted in a
+// store.DB. Create it with Open; Close flushes it.
+type Indexer struct {
+	db      *store.DB
+	name    string
+	codec   *codec.Codec
+	keyFunc cache.KeyFunc
+	bounded bool
+	logger  klog.Logger
+
+	committer *store.Committer
+	stop      context.CancelFunc // own committer, else nil
+	done      chan struct{}
+
+	// lru holds decoded objects in Bounded mode; it locks itself. Lock
+	// order: mu before lru.
+	lru *lru.Cache
+
+	// mu guards the fields below. Lock order: store.Committer's commitMu
+	// before mu (the committer calls Pending and Committed).
+	mu         sync.RWMutex
+	items      map[string]*item
+	idx        *indexSet
+	rv         string // of the last applied mutation
+	synced     bool
+	identity   store.State
+	pending    map[string]*pendingOp
+	inflight   map[string]*pendingOp // taken by the committer, not yet acknowledged
+	stateDirty bool
+	reset      bool // the next batch replaces the informer's old data
+	drop       []string
+	saved      store.State // the state record last committed or loaded
+	commitErr  error
+	closed     bool
+}
+
+var (
+	_ cache.Indexer          = (*Indexer)(nil)
+	_ cache.TransactionStore = (*Indexer)(nil)
+	_ store.Source           = (*Indexer)(nil)
+)
+
+// Open loads (unless opts.Fresh) the informer name from db and returns its
+// indexer. Index names that the file lacks are rebuilt from the objects;
+// index buckets no longer named in indexers are dropped. A record that does
+// not decode makes Open fail with an error wrapping store.ErrCorrupt.
+func Open(db *store.DB, name string, indexers cache.Indexers, opts *Options) (*Indexer, error) {
+	if opts == nil || opts.Example == nil {
+		return nil, errors.New("indexer: Options.Example is required")
+	}
+	c, err := newCodec(opts)
+	if err != nil {
+		return nil, err
+	}
+	x := &Indexer{
+		db:       db,
+		name:     name,
+		codec:    c,
+		keyFunc:  opts.KeyFunc,
+		bounded:  opts.Mode == Bounded,
+		items:    map[string]*item{},
+		idx:      newIndexSet(indexers),
+		identity: opts.Identity,
+		pending:  map[string]*pendingOp{},
+	}
+	if x.keyFunc == nil {
+		x.keyFunc = cache.DeletionHandlingMetaNamespaceKeyFunc
+	}
+	x.logger = klog.Background()
+	if opts.Logger != nil {
+		x.logger = *opts.Logger
+	}
+	x.logger = x.logger.WithValues("informer", name)
+	if x.bounded {
+		size := opts.CacheSize
+		if size <= 0 {
+			size = DefaultCacheSize
+		}
+		x.lru = lru.New(size)
+	}
+	if opts.Fresh {
+		x.reset = true
+	} else if err := x.load(); err != nil {
+		return nil, err
+	}
+	x.committer = opts.Committer
+	if x.committer == nil {
+		x.committer = store.NewCommitter(db, opts.CommitterOptions)
+		ctx, cancel := context.WithCancel(context.Background())
+		x.stop, x.done = cancel, make(chan struct{})
+		go func() {
+			defer close(x.done)
+			x.committer.Run(ctx)
+		}()
+	}
+	x.committer.Add(x)
+	if x.stateDirty || len(x.pending) > 0 {
+		x.committer.Notify(1)
+	}
+	return x, nil
+}
+
+// Name returns the informer name.
+func (x *Indexer) Name() string { return x.name }
+
+// Flush commits everything applied so far (with every other source of the
+// same committer) and returns the commit's error.
+func (x *Indexer) Flush(ctx context.Context) error {
+	return x.committer.Flush(ctx)
+}
+
+// Close flushes and stops the indexer's own committer. The indexer must not
+// be used afterwards. It does not close the DB.
+func (x *Indexer) Close() error {
+	x.mu.Lock()
+	if x.closed {
+		x.mu.Unlock()
+		return nil
+	}
+	x.mu.Unlock()
+	err := x.committer.Flush(context.Background())
+	x.committer.Remove(x)
+	if x.stop != nil {
+		x.stop()
+		<-x.done
+	}
+	x.mu.Lock()
+	x.closed = true
+	x.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("indexer %q: close: %w", x.name, err)
+	}
+	return nil
+}
+
+func objectRV(obj any) (rv, uid string, ok bool) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return "", "", false
+	}
+	return m.GetResourceVersion(), string(m.GetUID()), true
+}
+
+// putLocked stores obj under key in memory and queues its write.
+func (x *Indexer) putLocked(key string, obj any) error {
+	vals, err := x.idx.compute(key, obj)
+	if err != nil {
+		return err
+	}
+	it := x.items[key]
+	if it == nil {
+		it = &item{}
+		x.items[key] = it
+	}
+	x.idx.update(key, it.vals, vals)
+	it.vals, it.valNames = vals, x.idx.names
+	it.rv, it.uid, _ = objectRV(obj)
+	if !x.bounded {
+		it.obj = obj
+	} else {
+		x.lru.Remove(key)
+	}
+	x.pending[key] = &pendingOp{kind: opPut, obj: obj, names: x.idx.names, vals: vals}
+	return nil
+}
+
+func (x *Indexer) deleteLocked(key string) {
+	it := x.items[key]
+	if it == nil {
+		return
+	}
+	x.idx.update(key, it.vals, nil)
+	delete(x.items, key)
+	if x.bounded {
+		x.lru.Remove(key)
+	}
+	x.pending[key] = &pendingOp{kind: opDelete}
+}
+
+func (x *Indexer) setRVFromLocked(obj any) {
+	if rv, _, ok := objectRV(obj); ok {
+		x.rv = rv
+		x.stateDirty = true
+	}
+}
+
+// Add inserts obj (an Update of an existing key).
+func (x *Indexer) Add(obj any) error { return x.Update(obj) }
+
+// Update stores obj.
+func (x *Indexer) Update(obj any) error {
+	key, err := x.keyFunc(obj)
+	if err != nil {
+		return cache.KeyError{Obj: obj, Err: err}
+	}
+	x.mu.Lock()
+	err = x.putLocked(key, obj)
+	if err == nil {
+		x.setRVFromLocked(obj)
+	}
+	x.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	x.committer.Notify(1)
+	return nil
+}
+
+// Delete removes obj's key (obj may be a cache.DeletedFinalStateUnknown).
+func (x *Indexer) Delete(obj any) error {
+	key, err := x.keyFunc(obj)
+	if err != nil {
+		return cache.KeyError{Obj: obj, Err: err}
+	}
+	x.mu.Lock()
+	x.deleteLocked(key)
+	x.setRVFromLocked(obj)
+	x.mu.Unlock()
+	x.committer.Notify(1)
+	return nil
+}
+
+// Transaction applies txns under one lock acquisition; the resourceVersion
+// becomes that of the last one (like client-go's thread-safe store).
+func (x *Indexer) Transaction(txns ...cache.Transaction) *cache.TransactionError {
+	type keyed struct {
+		key string
+		txn cache.Transaction
+		i   int
+	}
+	ks := make([]keyed, 0, len(txns))
+	var errs []error
+	for i, t := range txns {
+		key, err := x.keyFunc(t.Object)
+		if err != nil {
+			errs = append(errs, cache.KeyError{Obj: t.Object, Err: err})
+			continue
+		}
+		ks = append(ks, keyed{key, t, i})
+	}
+	ok := make([]int, 0, len(ks))
+	x.mu.Lock()
+	for _, k := range ks {
+		switch k.txn.Type {
+		case cache.TransactionTypeAdd, cache.TransactionTypeUpdate:
+			if err := x.putLocked(k.key, k.txn.Object); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		case cache.TransactionTypeDelete:
+			x.deleteLocked(k.key)
+		}
+		ok = append(ok, k.i)
+	}
+	if len(ks) > 0 {
+		x.setRVFromLocked(ks[len(ks)-1].txn.Object)
+	}
+	x.mu.Unlock()
+	x.committer.Notify(len(ks))
+	if len(errs) > 0 {
+		return &cache.TransactionError{SuccessfulIndices: ok, TotalTransactions: len(txns), Errors: errs}
+	}
+	return nil
+}
+
+// Replace replaces the whole content with list as of resourceVersion. Only
+// the objects that changed (or are gone) are written; an object whose
+// resourceVersion and UID are unchanged is not rewritten.
+func (x *Indexer) Replace(list []any, resourceVersion string) error {
+	keys := make([]string, len(list))
+	for i, obj := range list {
+		key, err := x.keyFunc(obj)
+		if err != nil {
+			return cache.KeyError{Obj: obj, Err: err}
+		}
+		keys[i] = key
+	}
+	x.mu.Lock()
+	seen := make(map[string]struct{}, len(list))
+	var firstErr error
+	for i, obj := range list {
+		key := keys[i]
+		seen[key] = struct{}{}
+		if it := x.items[key]; it != nil && !x.reset {
+			rv, uid, _ := objectRV(obj)
+			if rv != "" && rv == it.rv && uid == it.uid {
+				// Unchanged on disk: swap the object in memory only.
+				vals, err := x.idx.compute(key, obj)
+				if err != nil {
+					firstErr = errors.Join(firstErr, err)
+					continue
+				}
+				x.idx.update(key, it.vals, vals)
+				it.vals, it.valNames = vals, x.idx.names
+				if !x.bounded {
+					it.obj = obj
+				}
+				continue
+			}
+		}
+		if err := x.putLocked(key, obj); err != nil {
+			firstErr = errors.Join(firstErr, err)
+		}
+	}
+	for key := range x.items {
+		if _, ok := seen[key]; !ok {
+			x.deleteLocked(key)
+		}
+	}
+	x.rv = resourceVersion
+	x.synced = true
+	x.stateDirty = true
+	x.mu.Unlock()
+	x.committer.Notify(len(list) + 1)
+	return firstErr
+}
+
+// Resync is meaningless for a store, as in client-go.
+func (x *Indexer) Resync() error { return nil }
+
+// Bookmark records that the store is current as of rv.
+func (x *Indexer) Bookmark(rv string) {
+	x.mu.Lock()
+	x.rv = rv
+	x.stateDirty = true
+	x.mu.Unlock()
+	x.committer.Notify(1)
+}
+
+// LastStoreSyncResourceVersion returns the resourceVersion of the last
+// applied mutation, like client-go's store (which returns "" unless the
+// AtomicFIFO feature is enabled).
+func (x *Indexer) LastStoreSyncResourceVersion() string {
+	if !clientgofeaturegate.FeatureGates().Enabled(clientgofeaturegate.AtomicFIFO) {
+		return ""
+	}
+	return x.ResourceVersion()
+}
+
+// ResourceVersion returns the resourceVersion of the last applied mutation
+// (which may not be on disk yet; see SavedState).
+func (x *Indexer) ResourceVersion() string {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.rv
+}
+
+// Synced reports whether a complete list (or a loaded synced file) is in
+// the store.
+func (x *Indexer) Synced() bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.synced
+}
+
+// SavedState returns the state record as last committed (or loaded).
+func (x *Indexer) SavedState() store.State {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	s := x.saved
+	s.Indexes = append([]string(nil), s.Indexes...)
+	return s
+}
+
+// CommitError returns the error of this indexer's last commit, or nil.
+func (x *Indexer) CommitError() error {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.commitErr
+}
+
+// SetIdentity replaces the identity fields of the state record; they are
+// written with the next commit.
+func (x *Indexer) SetIdentity(id store.State) {
+	x.mu.Lock()
+	x.identity = id
+	x.stateDirty = true
+	x.mu.Unlock()
+	x.committer.Notify(1)
+}
+
+// Get returns the object with obj's key.
+func (x *Indexer) Get(obj any) (any, bool, error) {
+	key, err := x.keyFunc(obj)
+	if err != nil {
+		return nil, false, cache.KeyError{Obj: obj, Err: err}
+	}
+	return x.GetByKey(key)
+}
+
+// GetByKey returns the object stored under key.
+func (x *Indexer) GetByKey(key string) (any, bool, error) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	it := x.items[key]
+	if it == nil {
+		return nil, false, nil
+	}
+	if !x.bounded {
+		return it.obj, true, nil
+	}
+	obj, err := x.fetchLocked(key)
+	if err != nil {
+		return nil, false, err
+	}
+	return obj, true, nil
+}
+
+// List returns every object (unordered, as client-go's).
+func (x *Indexer) List() []any {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	out := make([]any, 0, len(x.items))
+	if !x.bounded {
+		for _, it := range x.items {
+			out = append(out, it.obj)
+		}
+		return out
+	}
+	keys := make([]string, 0, len(x.items))
+	for k := range x.items {
+		keys = append(keys, k)
+	}
+	return x.fetchManyLocked(keys)
+}
+
+// ListKeys returns every key.
+func (x *Indexer) ListKeys() []string {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	out := make([]string, 0, len(x.items))
+	for k := range x.items {
+		out = append(out, k)
+	}
+	return out
+}
+
+// Len returns the number of objects.
+func (x *Indexer) Len() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return len(x.items)
+}
+
+func (x *Indexer) noIndex(name string) error {
+	return fmt.Errorf("%w: Index with name %s does not exist", ErrNoIndex, name)
+}
+
+// Index returns the objects that share a value with obj in the named index
+// (the index function runs on obj, which may be a probe object).
+func (x *Indexer) Index(indexName string, obj any) ([]any, error) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	f := x.idx.indexers[indexName]
+	if f == nil {
+		return nil, x.noIndex(indexName)
+	}
+	values, err := f(obj)
+	if err != nil {
+		return nil, err
+	}
+	idx := x.idx.byName[indexName]
+	var keys sets.Set[string]
+	if len(values) == 1 {
+		keys = idx[values[0]]
+	} else {
+		keys = sets.New[string]()
+		for _, v := range values {
+			keys = keys.Union(idx[v])
+		}
+	}
+	return x.objectsLocked(keys), nil
+}
+
+func (x *Indexer) objectsLocked(keys sets.Set[string]) []any {
+	out := make([]any, 0, keys.Len())
+	if !x.bounded {
+		for k := range keys {
+			out = append(out, x.items[k].obj)
+		}
+		return out
+	}
+	return x.fetchManyLocked(sets.List(keys))
+}
+
+// IndexKeys returns the keys of the objects having indexedValue in the
+// named index, sorted.
+func (x *Indexer) IndexKeys(indexName, indexedValue string) ([]string, error) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if x.idx.indexers[indexName] == nil {
+		return nil, x.noIndex(indexName)
+	}
+	return sets.List(x.idx.byName[indexName][indexedValue]), nil
+}
+
+// ListIndexFuncValues returns the values present in the named index.
+func (x *Indexer) ListIndexFuncValues(indexName string) []string {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	idx := x.idx.byName[indexName]
+	out := make([]string, 0, len(idx))
+	for v := range idx {
+		out = append(out, v)
+	}
+	return out
+}
+
+// ByIndex returns the objects having indexedValue in the named index.
+func (x *Indexer) ByIndex(indexName, indexedValue string) ([]any, error) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if x.idx.indexers[indexName] == nil {
+		return nil, x.noIndex(indexName)
+	}
+	return x.objectsLocked(x.idx.byName[indexName][indexedValue]), nil
+}
+
+// GetIndexers returns the index functions.
+func (x *Indexer) GetIndexers() cache.Indexers {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	out := make(cache.Indexers, len(x.idx.indexers))
+	for k, v := range x.idx.indexers {
+		out[k] = v
+	}
+	return out
+}
+
+// AddIndexers adds indexes, backfilling them from the objects in memory
+// (Full) or on disk (Bounded). The new index buckets are written, with the
+// state record naming them, in one commit.
+func (x *Indexer) AddIndexers(newIndexers cache.Indexers) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var conflict []string
+	for name := range newIndexers {
+		if _, ok := x.idx.indexers[name]; ok {
+			conflict = append(conflict, name)
+		}
+	}
+	if len(conflict) > 0 {
+		sort.Strings(conflict)
+		return fmt.Errorf("%w: %v", ErrIndexConflict, conflict)
+	}
+	all := cache.Indexers{}
+	for k, v := range x.idx.indexers {
+		all[k] = v
+	}
+	for k, v := range newIndexers {
+		all[k] = v
+	}
+	if err := x.reindexLocked(newIndexSet(all)); err != nil {
+		return err
+	}
+	x.committer.Notify(len(x.items) + 1)
+	return nil
+}
+
+// reindexLocked switches to idx, recomputing every object's index values
+// and queueing their records for rewriting.
+func (x *Indexer) reindexLocked(idx *indexSet) error {
+	keys := make([]string, 0, len(x.items))
+	for k := range x.items {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	vals := make([][][]string, len(keys))
+	var objs []any
+	if x.bounded {
+		objs = x.fetchManyLocked(keys)
+		if len(objs) != len(keys) {
+			return fmt.Errorf("indexer %q: backfill: could not read every object", x.name)
+		}
+	}
+	for i, k := range keys {
+		obj := any(nil)
+		if x.bounded {
+			obj = objs[i]
+		} else {
+			obj = x.items[k].obj
+		}
+		v, err := idx.compute(k, obj)
+		if err != nil {
+			return err
+		}
+		vals[i] = v
+	}
+	x.idx = idx
+	for i, k := range keys {
+		it := x.items[k]
+		x.idx.update(k, nil, vals[i])
+		it.vals, it.valNames = vals[i], idx.names
+		if op := x.pending[k]; op != nil && op.kind == opPut {
+			op.names, op.vals = idx.names, vals[i]
+			continue
+		}
+		x.pending[k] = &pendingOp{kind: opReindex, names: idx.names, vals: vals[i]}
+	}
+	x.stateDirty = true
+	return nil
+}
+
+// decodeWorkers bounds parallel decoding.
+func decodeWorkers() int { return max(1, runtime.GOMAXPROCS(0)) }
