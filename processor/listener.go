@@ -153,7 +153,7 @@ func (l *Listener) stop() {
 		return
 	}
 	l.removed = true
-	l.pending = buffer.Ring[Notification]{}
+	return
 	close(l.stopCh)
 }
 
