@@ -1,0 +1,225 @@
+package reflector
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/watchlist"
+	"k8s.io/utils/clock"
+)
+
+// Options configure a ListerWatcher. A nil *Options means a cold start.
+type Options struct {
+	// ResourceVersion is the saved resourceVersion to resume from; "" means
+	// a cold start (every call goes to the server).
+	ResourceVersion string
+	// Snapshot returns the persisted objects for the disk answer.
+	Snapshot func() []runtime.Object
+	// OnDiskAnswer is called just before the disk answer is returned.
+	OnDiskAnswer func()
+	// Clock stamps events. Default: the real clock.
+	Clock clock.PassiveClock
+}
+
+// Stats are what a ListerWatcher has seen.
+type Stats struct {
+	// Lists and Watches count calls that reached the wrapped ListerWatcher.
+	Lists, Watches int64
+	// DiskAnswers counts Lists answered from disk (0 or 1).
+	DiskAnswers int64
+	// Events counts watch events received (bookmarks included).
+	Events int64
+	// Errors counts failed calls and watch ERROR events.
+	Errors int64
+	// LastEvent is when the last watch event arrived.
+	LastEvent time.Time
+	// LastError is the last error seen, or nil.
+	LastError error
+	// Resumed is true once the server accepted the resume (a watch event
+	// other than an error arrived, or a server List succeeded).
+	Resumed bool
+}
+
+// ListerWatcher wraps a cache.ListerWatcher to resume from disk. Use New.
+type ListerWatcher struct {
+	inner cache.ListerWatcher
+	opts  Options
+	clock clock.PassiveClock
+
+	diskPending atomic.Bool // the first List is still to be answered from disk
+	resumed     atomic.Bool
+	resumedCh   chan struct{}
+	resumedOnce sync.Once
+
+	// statsMu guards stats.
+	statsMu sync.Mutex
+	stats   Stats
+}
+
+var (
+	_ cache.ListerWatcherWithContext = (*ListerWatcher)(nil)
+	_ cache.ListerWatcher            = (*ListerWatcher)(nil)
+)
+
+// New wraps inner. With opts.ResourceVersion set, the first List is
+// answered from opts.Snapshot.
+func New(inner cache.ListerWatcher, opts *Options) *ListerWatcher {
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	lw := &ListerWatcher{inner: inner, opts: o, clock: o.Clock, resumedCh: make(chan struct{})}
+	lw.diskPending.Store(o.ResourceVersion != "" && o.Snapshot != nil)
+	return lw
+}
+
+// Warm reports whether the ListerWatcher resumes from disk.
+func (lw *ListerWatcher) Warm() bool { return lw.opts.ResourceVersion != "" && lw.opts.Snapshot != nil }
+
+// IsWatchListSemanticsUnSupported tells client-go's Reflector not to use
+// WatchList: true on a warm start (see the package doc), else whatever the
+// wrapped ListerWatcher says.
+func (lw *ListerWatcher) IsWatchListSemanticsUnSupported() bool {
+	if lw.Warm() {
+		return true
+	}
+	return watchlist.DoesClientNotSupportWatchListSemantics(lw.inner)
+}
+
+// Resumed returns a channel closed once the server accepted the resume or
+// answered a List.
+func (lw *ListerWatcher) Resumed() <-chan struct{} { return lw.resumedCh }
+
+func (lw *ListerWatcher) markResumed() {
+	lw.resumedOnce.Do(func() {
+		lw.resumed.Store(true)
+		lw.statsMu.Lock()
+		lw.stats.Resumed = true
+		lw.statsMu.Unlock()
+		close(lw.resumedCh)
+	})
+}
+
+// Stats returns a copy of what the ListerWatcher has seen.
+func (lw *ListerWatcher) Stats() Stats {
+	lw.statsMu.Lock()
+	defer lw.statsMu.Unlock()
+	return lw.stats
+}
+
+func (lw *ListerWatcher) record(f func(*Stats)) {
+	lw.statsMu.Lock()
+	f(&lw.stats)
+	lw.statsMu.Unlock()
+}
+
+// List implements cache.Lister.
+func (lw *ListerWatcher) List(options metav1.ListOptions) (runtime.Object, error) {
+	return lw.ListWithContext(context.Background(), options)
+}
+
+// ListWithContext answers the first call of a warm start from disk, and
+// every other call from the wrapped ListerWatcher.
+func (lw *ListerWatcher) ListWithContext(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
+	if lw.diskPending.CompareAndSwap(true, false) {
+		objs := lw.opts.Snapshot()
+		list := &metav1.List{ListMeta: metav1.ListMeta{ResourceVersion: lw.opts.ResourceVersion}}
+		list.Items = make([]runtime.RawExtension, len(objs))
+		for i, o := range objs {
+			list.Items[i].Object = o
+		}
+		lw.record(func(s *Stats) { s.DiskAnswers++ })
+		if lw.opts.OnDiskAnswer != nil {
+			lw.opts.OnDiskAnswer()
+		}
+		return list, nil
+	}
+	lw.record(func(s *Stats) { s.Lists++ })
+	obj, err := cache.ToListerWatcherWithContext(lw.inner).ListWithContext(ctx, options)
+	if err != nil {
+		lw.record(func(s *Stats) { s.Errors++; s.LastError = err })
+		return nil, err
+	}
+	lw.markResumed()
+	return obj, nil
+}
+
+// Watch implements cache.Watcher.
+func (lw *ListerWatcher) Watch(options metav1.ListOptions) (watch.Interface, error) {
+	return lw.WatchWithContext(context.Background(), options)
+}
+
+// WatchWithContext starts a watch on the wrapped ListerWatcher and observes
+// its events.
+func (lw *ListerWatcher) WatchWithContext(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+	lw.record(func(s *Stats) { s.Watches++ })
+	w, err := cache.ToListerWatcherWithContext(lw.inner).WatchWithContext(ctx, options)
+	if err != nil {
+		lw.record(func(s *Stats) { s.Errors++; s.LastError = err })
+		return nil, err
+	}
+	return newObserved(ctx, w, lw), nil
+}
+
+// observed forwards a watch's events, counting them. It owns one goroutine,
+// stopped by Stop, by the wrapped watch ending, or by ctx.
+type observed struct {
+	inner  watch.Interface
+	lw     *ListerWatcher
+	out    chan watch.Event
+	stopCh chan struct{}
+	once   sync.Once
+}
+
+func newObserved(ctx context.Context, w watch.Interface, lw *ListerWatcher) *observed {
+	o := &observed{inner: w, lw: lw, out: make(chan watch.Event), stopCh: make(chan struct{})}
+	go o.run(ctx)
+	return o
+}
+
+func (o *observed) run(ctx context.Context) {
+	defer close(o.out)
+	defer o.inner.Stop()
+	in := o.inner.ResultChan()
+	for {
+		select {
+		case ev, ok := <-in:
+			if !ok {
+				return
+			}
+			now := o.lw.clock.Now()
+			if ev.Type == watch.Error {
+				o.lw.record(func(s *Stats) { s.Events++; s.Errors++; s.LastEvent = now })
+			} else {
+				o.lw.record(func(s *Stats) { s.Events++; s.LastEvent = now })
+				o.lw.markResumed()
+			}
+			select {
+			case o.out <- ev:
+			case <-o.stopCh:
+				return
+			case <-ctx.Done():
+				return
+			}
+		case <-o.stopCh:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// Stop implements watch.Interface.
+func (o *observed) Stop() { o.once.Do(func() { close(o.stopCh) }) }
+
+// ResultChan implements watch.Interface.
+func (o *observed) ResultChan() <-chan watch.Event { return o.out }
