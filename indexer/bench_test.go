@@ -1,0 +1,3 @@
+package indexer_test
+
+func closeBenchFixtures() {}
