@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"testing"
@@ -359,16 +360,43 @@ func describe(obj any) string {
 	return fmt.Sprintf("%T %v", obj, obj)
 }
 
-func sameObject(want, got any) error {
+func sameObject(want, got any) error { return (&comparer{}).same(want, got) }
+
+// comparer compares objects semantically, remembering pairs already found
+// equal (the same decoded object is returned by List, Get and ByIndex). It
+// keeps the pairs alive, so their addresses are not reused meanwhile.
+type comparer struct {
+	equal map[[2]uintptr][2]any
+}
+
+func (c *comparer) same(want, got any) error {
+	wv, gv := reflect.ValueOf(want), reflect.ValueOf(got)
+	pointers := wv.Kind() == reflect.Pointer && wv.Type() == gv.Type()
+	if pointers && wv.Pointer() == gv.Pointer() {
+		return nil // the very same object
+	}
+	var pair [2]uintptr
+	if pointers {
+		pair = [2]uintptr{wv.Pointer(), gv.Pointer()}
+		if _, ok := c.equal[pair]; ok {
+			return nil
+		}
+	}
 	if !apiequality.Semantic.DeepEqual(want, got) {
 		return fmt.Errorf("want %s, got %s (not semantically equal)", describe(want), describe(got))
+	}
+	if pointers {
+		if c.equal == nil {
+			c.equal = map[[2]uintptr][2]any{}
+		}
+		c.equal[pair] = [2]any{want, got}
 	}
 	return nil
 }
 
 // compareObjects checks that got holds exactly the keys and, unless
 // shallow, objects equal to want's.
-func compareObjects(what string, want map[string]any, wantKeys []string, got []any, shallow bool) error {
+func (c *comparer) compareObjects(what string, want map[string]any, wantKeys []string, got []any, shallow bool) error {
 	gm, gk, err := byKey(got)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
@@ -380,7 +408,7 @@ func compareObjects(what string, want map[string]any, wantKeys []string, got []a
 		return nil
 	}
 	for _, k := range gk {
-		if err := sameObject(want[k], gm[k]); err != nil {
+		if err := c.same(want[k], gm[k]); err != nil {
 			return fmt.Errorf("%s: key %q: %w", what, k, err)
 		}
 	}
@@ -397,6 +425,7 @@ func errorParity(what string, want, got error) error {
 // diffIndexers compares every read method of got against want (client-go's
 // indexer) and returns the first difference.
 func diffIndexers(want, got cache.Indexer, o diffOpts) error {
+	c := &comparer{}
 	wantKeys, gotKeys := sortedCopy(want.ListKeys()), sortedCopy(got.ListKeys())
 	if !slices.Equal(wantKeys, gotKeys) {
 		return fmt.Errorf("ListKeys: want %v, got %v", wantKeys, gotKeys)
@@ -408,7 +437,7 @@ func diffIndexers(want, got cache.Indexer, o diffOpts) error {
 	if !slices.Equal(wk, wantKeys) {
 		return fmt.Errorf("reference List keys %v differ from its ListKeys %v", wk, wantKeys)
 	}
-	if err := compareObjects("List", wantObjs, wantKeys, got.List(), false); err != nil {
+	if err := c.compareObjects("List", wantObjs, wantKeys, got.List(), false); err != nil {
 		return err
 	}
 	for _, k := range wantKeys {
@@ -416,14 +445,14 @@ func diffIndexers(want, got cache.Indexer, o diffOpts) error {
 		if err != nil || !ok {
 			return fmt.Errorf("GetByKey(%q): exists=%v err=%v", k, ok, err)
 		}
-		if err := sameObject(wantObjs[k], g); err != nil {
+		if err := c.same(wantObjs[k], g); err != nil {
 			return fmt.Errorf("GetByKey(%q): %w", k, err)
 		}
 		g, ok, err = got.Get(wantObjs[k])
 		if err != nil || !ok {
 			return fmt.Errorf("Get(%q): exists=%v err=%v", k, ok, err)
 		}
-		if err := sameObject(wantObjs[k], g); err != nil {
+		if err := c.same(wantObjs[k], g); err != nil {
 			return fmt.Errorf("Get(%q): %w", k, err)
 		}
 	}
@@ -460,7 +489,7 @@ func diffIndexers(want, got cache.Indexer, o diffOpts) error {
 			if err != nil {
 				return fmt.Errorf("ByIndex(%q, %q): %w", name, v, err)
 			}
-			if err := compareObjects(fmt.Sprintf("ByIndex(%q, %q)", name, v), wantObjs, sortedCopy(wik), objs, o.shallow); err != nil {
+			if err := c.compareObjects(fmt.Sprintf("ByIndex(%q, %q)", name, v), wantObjs, sortedCopy(wik), objs, o.shallow); err != nil {
 				return err
 			}
 		}
@@ -478,7 +507,7 @@ func diffIndexers(want, got cache.Indexer, o diffOpts) error {
 			if err != nil {
 				return fmt.Errorf("reference %s: %w", what, err)
 			}
-			if err := compareObjects(what, wantObjs, wlk, gl, o.shallow); err != nil {
+			if err := c.compareObjects(what, wantObjs, wlk, gl, o.shallow); err != nil {
 				return err
 			}
 		}
