@@ -97,7 +97,10 @@ func (x *Indexer) load() error {
 	sort.Strings(x.drop)
 	if rebuild {
 		x.logger.V(2).Info("Rebuilding indexes missing from the file", "have", st.Indexes, "want", x.idx.names)
-		if err := x.reindexLocked(x.idx); err != nil {
+		// A fresh set: the values loaded from the records may be stale for
+		// an index that was dropped and is now back (perhaps with another
+		// function under the same name).
+		if err := x.reindexLocked(newIndexSet(x.idx.indexers)); err != nil {
 			return fmt.Errorf("indexer %q: rebuild indexes: %w", x.name, err)
 		}
 	}
