@@ -465,11 +465,15 @@ func diffIndexers(want, got cache.Indexer, o diffOpts) error {
 	if !slices.Equal(wn, gn) {
 		return fmt.Errorf("GetIndexers: want %v, got %v", wn, gn)
 	}
+	// Stored objects as probes too: a spread sample, as every Index call
+	// returns (and in bounded mode decodes) a share of the objects.
 	probes := append([]any(nil), o.probes...)
-	for i, k := range wantKeys {
-		if !o.shallow || i < 3 {
-			probes = append(probes, wantObjs[k])
-		}
+	samples := 8
+	if o.shallow {
+		samples = 3
+	}
+	for i := 0; i < len(wantKeys) && samples > 0; i += max(1, len(wantKeys)/samples) {
+		probes = append(probes, wantObjs[wantKeys[i]])
 	}
 	for _, name := range wn {
 		wv, gv := sortedCopy(want.ListIndexFuncValues(name)), sortedCopy(got.ListIndexFuncValues(name))
