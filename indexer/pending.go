@@ -129,8 +129,15 @@ func (x *Indexer) Committed(b *store.Batch, err error) {
 	}
 	// Keep everything for the next attempt; newer mutations win.
 	for k, op := range tok.ops {
-		if _, newer := x.pending[k]; !newer {
+		cur, newer := x.pending[k]
+		switch {
+		case !newer:
 			x.pending[k] = op
+		case cur.kind == opReindex && op.kind == opPut:
+			// An index backfill (AddIndexers) ran meanwhile: it only
+			// rewrites index values, so the failed put must still be
+			// written, with the new values.
+			x.pending[k] = &pendingOp{kind: opPut, obj: op.obj, names: cur.names, vals: cur.vals}
 		}
 	}
 	x.inflight = nil
