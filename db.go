@@ -1,0 +1,171 @@
+package boltinformer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/boltinformer/boltinformer/internal/codec"
+	"github.com/boltinformer/boltinformer/recovery"
+	"github.com/boltinformer/boltinformer/store"
+)
+
+// Keyring holds the AES keys for encryption at rest (see InformerOptions).
+type Keyring = codec.Keyring
+
+// Options configure Open. A nil *Options means the defaults.
+type Options struct {
+	// LockTimeout is how long to wait for another process's file lock.
+	// Default store.DefaultLockTimeout.
+	LockTimeout time.Duration
+	// FailOnCorrupt returns the error for a corrupt file instead of
+	// quarantining it (renaming it aside) and starting cold.
+	FailOnCorrupt bool
+	// Verify runs the full integrity check when the file is opened.
+	Verify bool
+	// CommitMaxOps and CommitMaxDelay bound a group commit: a batch is
+	// written when this many mutations are pending or this long after the
+	// first. Defaults 1000 and 100ms.
+	CommitMaxOps   int
+	CommitMaxDelay time.Duration
+	// NoSync skips fsync (tests and benchmarks only: it gives up
+	// durability).
+	NoSync bool
+	// Logger; default klog.Background().
+	Logger *klog.Logger
+	// Clock; default the real clock.
+	Clock clock.WithTicker
+	// BeforeCommit is a test hook called inside every write transaction;
+	// an error aborts the commit (see store.Options.BeforeCommit).
+	BeforeCommit func() error
+	// OnCommit, when set, is called after every commit attempt.
+	OnCommit func(store.CommitInfo)
+}
+
+// DB is an open cache file shared by the informers built on it, with one
+// group-commit loop for all of them.
+type DB struct {
+	store     *store.DB
+	committer *store.Committer
+	report    recovery.Report
+	logger    klog.Logger
+	clock     clock.WithTicker
+	stop      context.CancelFunc
+	done      chan struct{}
+
+	// mu guards informers and closed.
+	mu        sync.Mutex
+	informers map[string]*Informer
+	closed    bool
+}
+
+// Open opens (or creates) the cache file at path and starts its commit
+// loop. A corrupt file is quarantined (renamed to
+// <path>.corrupt-<timestamp>, kept) and a new one started, unless
+// FailOnCorrupt; a locked file returns an error wrapping store.ErrLocked
+// after LockTimeout.
+func Open(path string, opts *Options) (*DB, error) {
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	logger := klog.Background()
+	if o.Logger != nil {
+		logger = *o.Logger
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	policy := recovery.Quarantine
+	if o.FailOnCorrupt {
+		policy = recovery.Fail
+	}
+	sdb, report, err := recovery.OpenStore(path, &recovery.Options{
+		Policy: policy,
+		Verify: o.Verify,
+		Store: &store.Options{
+			Timeout:      o.LockTimeout,
+			NoSync:       o.NoSync,
+			Clock:        o.Clock,
+			BeforeCommit: o.BeforeCommit,
+		},
+		Clock:  o.Clock,
+		Logger: &logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("boltinformer: open %s: %w", path, err)
+	}
+	db := &DB{
+		store:     sdb,
+		report:    report,
+		logger:    logger,
+		clock:     o.Clock,
+		informers: map[string]*Informer{},
+		done:      make(chan struct{}),
+	}
+	db.committer = store.NewCommitter(sdb, &store.CommitterOptions{
+		MaxOps:   o.CommitMaxOps,
+		MaxDelay: o.CommitMaxDelay,
+		Clock:    o.Clock,
+		OnCommit: o.OnCommit,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	db.stop = cancel
+	go func() {
+		defer close(db.done)
+		db.committer.Run(ctx)
+	}()
+	return db, nil
+}
+
+// Store returns the underlying store (for inspection and tests).
+func (db *DB) Store() *store.DB { return db.store }
+
+// Recovery returns what Open did about a damaged file.
+func (db *DB) Recovery() recovery.Report { return db.report }
+
+// Flush commits every informer's pending mutations now.
+func (db *DB) Flush(ctx context.Context) error { return db.committer.Flush(ctx) }
+
+// LastCommitError returns the error of the last group commit, or nil.
+func (db *DB) LastCommitError() error { return db.committer.LastError() }
+
+// Close flushes, stops the commit loop and closes the file. Stop the
+// informers first (cancel their Run context and wait): Close does not stop
+// them. Closing twice is not an error.
+func (db *DB) Close() error {
+	db.mu.Lock()
+	if db.closed {
+		db.mu.Unlock()
+		return nil
+	}
+	db.closed = true
+	db.mu.Unlock()
+	db.stop()
+	<-db.done // Run's exit includes a final flush
+	flushErr := db.committer.Flush(context.Background())
+	if err := db.store.Close(); err != nil {
+		return err
+	}
+	if flushErr != nil {
+		return fmt.Errorf("boltinformer: final flush: %w", flushErr)
+	}
+	return nil
+}
+
+func (db *DB) register(name string, inf *Informer) error {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if db.closed {
+		return ErrClosed
+	}
+	if _, ok := db.informers[name]; ok {
+		return fmt.Errorf("%w: %q", ErrInformerExists, name)
+	}
+	db.informers[name] = inf
+	return nil
+}

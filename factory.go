@@ -1,0 +1,266 @@
+package boltinformer
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+)
+
+// FactoryOptions configure NewFactory. A nil *FactoryOptions means the
+// defaults.
+type FactoryOptions struct {
+	// Namespace limits every informer to one namespace ("" means all).
+	Namespace string
+	// TweakListOptions edits every list and watch request (e.g. a
+	// spec.nodeName field selector). Its effect is fingerprinted into each
+	// informer's identity.
+	TweakListOptions func(*metav1.ListOptions)
+	// ResyncPeriod is the default handler resync period (0: none).
+	ResyncPeriod time.Duration
+	// ClusterID identifies the cluster. "" means: look up the kube-system
+	// namespace's UID (with LookupTimeout); when the server cannot be
+	// reached, the identity check is skipped for this start (an offline
+	// agent trusts its file).
+	ClusterID     string
+	LookupTimeout time.Duration
+	// Informer are the defaults for every informer (Memory, CacheSize,
+	// SyncPolicy, TransformID).
+	Informer InformerOptions
+	// Keyrings encrypt at rest the resources they name (e.g. "secrets").
+	Keyrings map[string]*Keyring
+}
+
+// Factory builds informers for many resources on one DB (one file, one
+// group-commit loop), from a rest.Config: typed ones for built-in types and
+// dynamic (unstructured) ones for CRDs.
+type Factory struct {
+	db      *DB
+	config  *rest.Config
+	opts    FactoryOptions
+	cluster string
+	dynamic dynamic.Interface
+
+	// mu guards informers, started and ctx.
+	mu        sync.Mutex
+	informers map[string]*Informer
+	started   map[string]bool
+	wg        sync.WaitGroup
+}
+
+// NewFactory returns a factory for db and config.
+func NewFactory(db *DB, config *rest.Config, opts *FactoryOptions) (*Factory, error) {
+	o := FactoryOptions{}
+	if opts != nil {
+		o = *opts
+	}
+	if o.LookupTimeout == 0 {
+		o.LookupTimeout = 3 * time.Second
+	}
+	dc, err := dynamic.NewForConfig(config)
+	if err != nil {
+		return nil, fmt.Errorf("boltinformer: factory: %w", err)
+	}
+	f := &Factory{db: db, config: rest.CopyConfig(config), opts: o, dynamic: dc,
+		informers: map[string]*Informer{}, started: map[string]bool{}}
+	f.cluster = o.ClusterID
+	if f.cluster == "" {
+		f.cluster = f.lookupClusterID()
+	}
+	return f, nil
+}
+
+// ClusterID returns the cluster identity the factory's informers use ("" if
+// it could not be looked up).
+func (f *Factory) ClusterID() string { return f.cluster }
+
+func (f *Factory) lookupClusterID() string {
+	rc, err := f.restClient(corev1.SchemeGroupVersion)
+	if err != nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.opts.LookupTimeout)
+	defer cancel()
+	var ns corev1.Namespace
+	if err := rc.Get().Resource("namespaces").Name(metav1.NamespaceSystem).Do(ctx).Into(&ns); err != nil {
+		f.db.logger.Info("Cluster identity not verified (server unreachable?); resuming without the identity check", "err", err)
+		return ""
+	}
+	return string(ns.UID)
+}
+
+func (f *Factory) restClient(gv schema.GroupVersion) (*rest.RESTClient, error) {
+	cfg := rest.CopyConfig(f.config)
+	cfg.GroupVersion = &gv
+	cfg.APIPath = "/apis"
+	if gv.Group == "" {
+		cfg.APIPath = "/api"
+	}
+	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	return rest.RESTClientFor(cfg)
+}
+
+func (f *Factory) tweak(o *metav1.ListOptions) {
+	if f.opts.TweakListOptions != nil {
+		f.opts.TweakListOptions(o)
+	}
+}
+
+func (f *Factory) fingerprint() string {
+	var o metav1.ListOptions
+	f.tweak(&o)
+	return ListOptionsFingerprint(f.opts.Namespace, o)
+}
+
+func (f *Factory) informerOptions(resource string) *InformerOptions {
+	io := f.opts.Informer
+	io.ClusterID = f.cluster
+	io.Resource = resource
+	io.ListOptions = f.fingerprint()
+	if k := f.opts.Keyrings[resource]; k != nil {
+		io.Keyring = k
+	}
+	return &io
+}
+
+var defaultIndexers = cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+
+// InformerFor returns the shared informer for a typed built-in object (e.g.
+// &corev1.Pod{}), creating it on first use. resource is the plural
+// resource name; "" guesses it from the kind. Nil indexers means the
+// namespace index.
+func (f *Factory) InformerFor(example runtime.Object, resource string, indexers cache.Indexers) (*Informer, error) {
+	gvks, _, err := scheme.Scheme.ObjectKinds(example)
+	if err != nil || len(gvks) == 0 {
+		return nil, fmt.Errorf("boltinformer: factory: %T is not a registered built-in type: %w", example, err)
+	}
+	gvk := gvks[0]
+	if resource == "" {
+		plural, _ := meta.UnsafeGuessKindToResource(gvk)
+		resource = plural.Resource
+	}
+	gvr := gvk.GroupVersion().WithResource(resource)
+	name := gvr.GroupVersion().String() + "/" + resource
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if inf := f.informers[name]; inf != nil {
+		return inf, nil
+	}
+	rc, err := f.restClient(gvk.GroupVersion())
+	if err != nil {
+		return nil, fmt.Errorf("boltinformer: factory: %w", err)
+	}
+	lw := cache.ToListWatcherWithWatchListSemantics(cache.NewFilteredListWatchFromClient(rc, resource, f.opts.Namespace, f.tweak), rc)
+	if indexers == nil {
+		indexers = defaultIndexers
+	}
+	inf, err := f.db.NewInformer(name, lw, example, f.opts.ResyncPeriod, indexers, f.informerOptions(gvr.String()))
+	if err != nil {
+		return nil, err
+	}
+	f.informers[name] = inf
+	return inf, nil
+}
+
+// ForResource returns the shared dynamic informer of a resource (e.g. a
+// CRD), whose objects are *unstructured.Unstructured.
+func (f *Factory) ForResource(gvr schema.GroupVersionResource, indexers cache.Indexers) (*Informer, error) {
+	name := "dynamic/" + gvr.GroupVersion().String() + "/" + gvr.Resource
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if inf := f.informers[name]; inf != nil {
+		return inf, nil
+	}
+	ri := f.dynamic.Resource(gvr).Namespace(f.opts.Namespace)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			f.tweak(&o)
+			return ri.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			f.tweak(&o)
+			return ri.Watch(ctx, o)
+		},
+	}
+	if indexers == nil {
+		indexers = defaultIndexers
+	}
+	inf, err := f.db.NewInformer(name, cache.ToListWatcherWithWatchListSemantics(lw, f.dynamic), &unstructured.Unstructured{}, f.opts.ResyncPeriod, indexers, f.informerOptions(gvr.String()))
+	if err != nil {
+		return nil, err
+	}
+	f.informers[name] = inf
+	return inf, nil
+}
+
+// Start runs every informer not yet started, until ctx is done. It does
+// not block; Shutdown waits for them.
+func (f *Factory) Start(ctx context.Context) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for name, inf := range f.informers {
+		if f.started[name] {
+			continue
+		}
+		f.started[name] = true
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			inf.RunWithContext(ctx)
+		}()
+	}
+}
+
+// WaitForCacheSync waits until every started informer has synced or ctx
+// is done, and reports each one's state by name.
+func (f *Factory) WaitForCacheSync(ctx context.Context) map[string]bool {
+	f.mu.Lock()
+	infs := map[string]*Informer{}
+	for name, inf := range f.informers {
+		if f.started[name] {
+			infs[name] = inf
+		}
+	}
+	f.mu.Unlock()
+	out := map[string]bool{}
+	names := make([]string, 0, len(infs))
+	for n := range infs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		out[n] = cache.WaitForCacheSync(ctx.Done(), infs[n].HasSynced)
+	}
+	return out
+}
+
+// Informers returns the factory's informers by name.
+func (f *Factory) Informers() map[string]*Informer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]*Informer, len(f.informers))
+	for k, v := range f.informers {
+		out[k] = v
+	}
+	return out
+}
+
+// Shutdown waits for every started informer to return (cancel the context
+// given to Start first). The DB stays open: Close it after.
+func (f *Factory) Shutdown() { f.wg.Wait() }

@@ -1,0 +1,646 @@
+package boltinformer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/boltinformer/boltinformer/indexer"
+	"github.com/boltinformer/boltinformer/processor"
+	"github.com/boltinformer/boltinformer/recovery"
+	"github.com/boltinformer/boltinformer/reflector"
+	"github.com/boltinformer/boltinformer/store"
+)
+
+// SyncPolicy says when a warm-started informer reports HasSynced.
+type SyncPolicy int
+
+const (
+	// SyncAfterDiskLoad reports synced as soon as the cache is loaded from
+	// disk (the default: an edge agent must work offline).
+	SyncAfterDiskLoad SyncPolicy = iota
+	// SyncAfterResume reports synced only once the server has accepted the
+	// resume (a watch event from the saved resourceVersion) or answered a
+	// list.
+	SyncAfterResume
+)
+
+// Memory modes of an informer's indexer.
+const (
+	// FullMemory keeps every decoded object in memory (like client-go).
+	FullMemory = indexer.Full
+	// BoundedMemory keeps keys, index sets and an LRU of decoded objects.
+	BoundedMemory = indexer.Bounded
+)
+
+// InformerOptions configure DB.NewInformer. A nil *InformerOptions means
+// the defaults.
+type InformerOptions struct {
+	// ClusterID identifies the cluster (e.g. the kube-system namespace
+	// UID). A file saved for another cluster is not resumed. "" skips the
+	// check.
+	ClusterID string
+	// Resource names what lw lists, e.g. "pods"; part of the identity.
+	// Default: the example object's kind.
+	Resource string
+	// ListOptions fingerprints lw's selectors (see ListOptionsFingerprint);
+	// a file saved with other selectors is not resumed.
+	ListOptions string
+	// TransformID fingerprints the transform given to SetTransform: objects
+	// are stored after the transform, so a file saved with another
+	// transform is not resumed.
+	TransformID string
+	// SyncPolicy; default SyncAfterDiskLoad.
+	SyncPolicy SyncPolicy
+	// Memory is FullMemory (default) or BoundedMemory, with CacheSize
+	// decoded objects in the bounded LRU.
+	Memory    indexer.Mode
+	CacheSize int
+	// Keyring encrypts payloads at rest (e.g. for Secrets).
+	Keyring *Keyring
+	// Logger; default the DB's.
+	Logger *klog.Logger
+}
+
+// Informer is a cache.SharedIndexInformer whose indexer is persisted. Build
+// it with DB.NewInformer; listers may read its indexer at once.
+type Informer struct {
+	db         *DB
+	name       string
+	indexer    *indexer.Indexer
+	lw         cache.ListerWatcher
+	objectType runtime.Object
+	processor  *processor.Processor
+	decision   recovery.Decision
+	policy     SyncPolicy
+	logger     klog.Logger
+	synced     chan struct{}
+	diskAnswer atomic.Bool // the next ReplacedAll is the disk answer
+
+	// startedMu guards started, stopped, controller, resume, transform,
+	// watchErrorHandler and the resync periods. Lock order: startedMu
+	// before blockDeltas.
+	startedMu                       sync.Mutex
+	started, stopped                bool
+	controller                      cache.Controller
+	resume                          *reflector.ListerWatcher
+	transform                       cache.TransformFunc
+	watchErrorHandler               cache.WatchErrorHandlerWithContext
+	resyncCheckPeriod               time.Duration
+	defaultEventHandlerResyncPeriod time.Duration
+
+	// blockDeltas serializes event distribution with handler registration,
+	// so a late handler joins between two events.
+	blockDeltas sync.Mutex
+}
+
+var _ cache.SharedIndexInformer = (*Informer)(nil)
+
+// NewInformer returns the informer name of this DB: lw lists and watches
+// objects like example, handlers without their own period resync every
+// resync (0: never), indexers are its indexes. It loads the saved objects
+// at once when the file can be resumed (recovery.Decide), else it starts
+// cold and replaces the old objects when the first list commits.
+func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.Object, resync time.Duration, indexers cache.Indexers, opts *InformerOptions) (*Informer, error) {
+	o := InformerOptions{}
+	if opts != nil {
+		o = *opts
+	}
+	logger := db.logger
+	if o.Logger != nil {
+		logger = *o.Logger
+	}
+	logger = logger.WithValues("informer", name)
+	if o.Resource == "" {
+		o.Resource = fmt.Sprintf("%T", example)
+	}
+	identity := store.State{ClusterID: o.ClusterID, Resource: o.Resource, ListOptions: o.ListOptions, Transform: o.TransformID}
+	var saved *store.State
+	err := db.store.View(func(tx *store.Tx) error {
+		var err error
+		saved, err = tx.State(name)
+		return err
+	})
+	decision := recovery.Decide(saved, identity)
+	if err != nil {
+		decision = recovery.Decision{Reason: recovery.ReasonCorrupt, Detail: err.Error()}
+	}
+	iopts := &indexer.Options{
+		Example:   example,
+		Mode:      o.Memory,
+		CacheSize: o.CacheSize,
+		Keyring:   o.Keyring,
+		Committer: db.committer,
+		Fresh:     !decision.Warm,
+		Identity:  identity,
+		Logger:    &logger,
+	}
+	idx, err := indexer.Open(db.store, name, indexers, iopts)
+	if err != nil && errors.Is(err, store.ErrCorrupt) && decision.Warm {
+		// A damaged record: start cold; the new list replaces the old data.
+		decision = recovery.Decision{Reason: recovery.ReasonCorrupt, Detail: err.Error()}
+		iopts.Fresh = true
+		idx, err = indexer.Open(db.store, name, indexers, iopts)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("boltinformer: informer %q: %w", name, err)
+	}
+	inf := &Informer{
+		db:                              db,
+		name:                            name,
+		indexer:                         idx,
+		lw:                              lw,
+		objectType:                      example,
+		processor:                       processor.New(&processor.Options{Clock: db.clock, Logger: logger}),
+		decision:                        decision,
+		policy:                          o.SyncPolicy,
+		logger:                          logger,
+		synced:                          make(chan struct{}),
+		resyncCheckPeriod:               resync,
+		defaultEventHandlerResyncPeriod: resync,
+	}
+	if err := db.register(name, inf); err != nil {
+		_ = idx.Close()
+		return nil, err
+	}
+	if decision.Warm {
+		logger.Info("Warm start from cache file", "reason", decision.Reason, "resourceVersion", saved.ResourceVersion, "objects", idx.Len(), "detail", decision.Detail)
+	} else {
+		logger.Info("Cold start", "reason", decision.Reason, "detail", decision.Detail)
+	}
+	return inf, nil
+}
+
+// Name returns the informer's name in the file.
+func (s *Informer) Name() string { return s.name }
+
+// Decision returns the warm-or-cold decision taken when it was built.
+func (s *Informer) Decision() recovery.Decision { return s.decision }
+
+// Indexer returns the persistent indexer (GetIndexer as its concrete type).
+func (s *Informer) Indexer() *indexer.Indexer { return s.indexer }
+
+// Flush commits the informer's pending mutations now.
+func (s *Informer) Flush(ctx context.Context) error { return s.indexer.Flush(ctx) }
+
+// WatchStats returns what the informer's ListerWatcher has seen (zero
+// before Run).
+func (s *Informer) WatchStats() reflector.Stats {
+	s.startedMu.Lock()
+	r := s.resume
+	s.startedMu.Unlock()
+	if r == nil {
+		return reflector.Stats{}
+	}
+	return r.Stats()
+}
+
+// Run runs the informer until stopCh is closed.
+func (s *Informer) Run(stopCh <-chan struct{}) {
+	s.RunWithContext(wait.ContextForChannel(stopCh))
+}
+
+// RunWithContext runs the informer until ctx is done, then stops in order:
+// the reflector, then the handlers, then a flush of what was applied.
+func (s *Informer) RunWithContext(ctx context.Context) {
+	defer utilruntime.HandleCrashWithContext(ctx)
+	if err := s.start(ctx); err != nil {
+		s.logger.Info("Warning: " + err.Error())
+		return
+	}
+	processorCtx, stopProcessor := context.WithCancel(context.WithoutCancel(ctx))
+	var wg wait.Group
+	defer func() {
+		s.startedMu.Lock()
+		s.stopped = true
+		s.startedMu.Unlock()
+		stopProcessor()
+		wg.Wait()
+		if err := s.indexer.Flush(context.Background()); err != nil {
+			s.logger.Error(err, "Final flush failed; the next start resumes from the last commit")
+		}
+	}()
+	wg.StartWithContext(processorCtx, s.processor.Run)
+	wg.Start(func() { s.watchSynced(ctx) })
+	s.controller.RunWithContext(ctx)
+}
+
+func (s *Informer) start(ctx context.Context) error {
+	s.startedMu.Lock()
+	defer s.startedMu.Unlock()
+	if s.started {
+		return fmt.Errorf("%w: Run more than once is not allowed", ErrStarted)
+	}
+	logger := klog.FromContext(ctx).WithValues("informer", s.name)
+	ropts := &reflector.Options{Clock: s.db.clock}
+	if s.decision.Warm {
+		ropts.ResourceVersion = s.indexer.ResourceVersion()
+		// The disk answer carries no objects: the informer intercepts it
+		// (they are in the indexer already), and a transform must never
+		// see, and possibly mutate, objects that listers share.
+		ropts.Snapshot = func() []runtime.Object { return nil }
+		ropts.OnDiskAnswer = func() { s.diskAnswer.Store(true) }
+	}
+	s.resume = reflector.New(s.lw, ropts)
+	fifo := cache.NewRealFIFOWithOptions(cache.RealFIFOOptions{
+		Logger:                &logger,
+		Name:                  fmt.Sprintf("boltinformer %s", s.name),
+		KeyFunction:           cache.MetaNamespaceKeyFunc,
+		Transformer:           s.transform,
+		AtomicEvents:          true,
+		UnlockWhileProcessing: true,
+		EmitDeltaTypeBookmark: true,
+	})
+	s.controller = cache.New(&cache.Config{
+		Queue:                        fifo,
+		ListerWatcher:                s.resume,
+		ObjectType:                   s.objectType,
+		ObjectDescription:            fmt.Sprintf("%T", s.objectType),
+		FullResyncPeriod:             s.resyncCheckPeriod,
+		ShouldResync:                 s.processor.ShouldResync,
+		Process:                      s.handleDeltas,
+		ProcessBatch:                 s.handleBatchDeltas,
+		WatchErrorHandlerWithContext: s.watchErrorHandler,
+	})
+	s.started = true
+	if s.decision.Warm {
+		// The warm-start trap: the disk objects are delivered as the
+		// initial list now, since the server's answer will be a diff.
+		s.blockDeltas.Lock()
+		for _, obj := range s.indexer.List() {
+			s.processor.Distribute(processor.AddNotification{Obj: obj, InInitialList: true}, false)
+		}
+		s.blockDeltas.Unlock()
+	}
+	return nil
+}
+
+func (s *Informer) watchSynced(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-s.controller.HasSyncedChecker().Done():
+	}
+	if s.policy == SyncAfterResume {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.resume.Resumed():
+		}
+	}
+	close(s.synced)
+}
+
+// HasSynced reports whether the informer's cache is synced (per its
+// SyncPolicy).
+func (s *Informer) HasSynced() bool {
+	select {
+	case <-s.synced:
+		return true
+	default:
+		return false
+	}
+}
+
+type syncedChecker struct{ s *Informer }
+
+func (c syncedChecker) Name() string          { return "boltinformer " + c.s.name }
+func (c syncedChecker) Done() <-chan struct{} { return c.s.synced }
+
+// HasSyncedChecker returns a cache.DoneChecker for HasSynced.
+func (s *Informer) HasSyncedChecker() cache.DoneChecker { return syncedChecker{s} }
+
+// LastSyncResourceVersion is the reflector's (which may run ahead of what
+// is on disk; see Indexer().SavedState()).
+func (s *Informer) LastSyncResourceVersion() string {
+	s.startedMu.Lock()
+	defer s.startedMu.Unlock()
+	if s.controller == nil {
+		return ""
+	}
+	return s.controller.LastSyncResourceVersion()
+}
+
+// GetStore returns the indexer.
+func (s *Informer) GetStore() cache.Store { return s.indexer }
+
+// GetIndexer returns the indexer.
+func (s *Informer) GetIndexer() cache.Indexer { return s.indexer }
+
+// AddIndexers adds indexes, backfilled from the cached objects.
+func (s *Informer) AddIndexers(indexers cache.Indexers) error {
+	s.startedMu.Lock()
+	defer s.startedMu.Unlock()
+	if s.stopped {
+		return fmt.Errorf("%w: indexer was not added", ErrStopped)
+	}
+	return s.indexer.AddIndexers(indexers)
+}
+
+type dummyController struct{ s *Informer }
+
+func (c dummyController) RunWithContext(context.Context)      {}
+func (c dummyController) Run(<-chan struct{})                 {}
+func (c dummyController) HasSynced() bool                     { return c.s.HasSynced() }
+func (c dummyController) HasSyncedChecker() cache.DoneChecker { return c.s.HasSyncedChecker() }
+func (c dummyController) LastSyncResourceVersion() string     { return c.s.LastSyncResourceVersion() }
+
+// GetController returns a Controller whose Run does nothing (as
+// client-go's shared informers do).
+func (s *Informer) GetController() cache.Controller { return dummyController{s} }
+
+// SetWatchErrorHandler sets the handler called when a list or watch fails.
+func (s *Informer) SetWatchErrorHandler(handler cache.WatchErrorHandler) error {
+	return s.SetWatchErrorHandlerWithContext(func(_ context.Context, r *cache.Reflector, err error) { handler(r, err) })
+}
+
+// SetWatchErrorHandlerWithContext sets the handler called when a list or
+// watch fails. Only before Run.
+func (s *Informer) SetWatchErrorHandlerWithContext(handler cache.WatchErrorHandlerWithContext) error {
+	s.startedMu.Lock()
+	defer s.startedMu.Unlock()
+	if s.started {
+		return ErrStarted
+	}
+	s.watchErrorHandler = handler
+	return nil
+}
+
+// SetTransform sets the function applied to every object before it is
+// stored (and so before it is written to disk). Only before Run. Give its
+// fingerprint as InformerOptions.TransformID.
+func (s *Informer) SetTransform(handler cache.TransformFunc) error {
+	s.startedMu.Lock()
+	defer s.startedMu.Unlock()
+	if s.started {
+		return ErrStarted
+	}
+	s.transform = handler
+	return nil
+}
+
+// IsStopped reports whether the informer has stopped.
+func (s *Informer) IsStopped() bool {
+	s.startedMu.Lock()
+	defer s.startedMu.Unlock()
+	return s.stopped
+}
+
+// AddEventHandler adds a handler with the default resync period.
+func (s *Informer) AddEventHandler(handler cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
+	return s.AddEventHandlerWithOptions(handler, cache.HandlerOptions{})
+}
+
+// AddEventHandlerWithResyncPeriod adds a handler with its own resync period.
+func (s *Informer) AddEventHandlerWithResyncPeriod(handler cache.ResourceEventHandler, resyncPeriod time.Duration) (cache.ResourceEventHandlerRegistration, error) {
+	return s.AddEventHandlerWithOptions(handler, cache.HandlerOptions{ResyncPeriod: &resyncPeriod})
+}
+
+const minimumResyncPeriod = time.Second
+
+// AddEventHandlerWithOptions adds a handler. A handler added while the
+// informer runs first receives the current objects as Adds with
+// isInInitialList true, as in client-go.
+func (s *Informer) AddEventHandlerWithOptions(handler cache.ResourceEventHandler, options cache.HandlerOptions) (cache.ResourceEventHandlerRegistration, error) {
+	s.startedMu.Lock()
+	defer s.startedMu.Unlock()
+	if s.stopped {
+		return nil, fmt.Errorf("%w: handler %v was not added", ErrStopped, handler)
+	}
+	logger := ptr.Deref(options.Logger, s.logger)
+	resyncPeriod := ptr.Deref(options.ResyncPeriod, s.defaultEventHandlerResyncPeriod)
+	if resyncPeriod > 0 {
+		if resyncPeriod < minimumResyncPeriod {
+			logger.Info("Warning: resync period is too small. Changing it to the minimum allowed value", "resyncPeriod", resyncPeriod, "minimumResyncPeriod", minimumResyncPeriod)
+			resyncPeriod = minimumResyncPeriod
+		}
+		if resyncPeriod < s.resyncCheckPeriod {
+			if s.started {
+				logger.Info("Warning: resync period is smaller than resync check period and the informer has already started. Changing it to the resync check period", "resyncPeriod", resyncPeriod, "resyncCheckPeriod", s.resyncCheckPeriod)
+				resyncPeriod = s.resyncCheckPeriod
+			} else {
+				s.resyncCheckPeriod = resyncPeriod
+				s.processor.ResyncCheckPeriodChanged(resyncPeriod)
+			}
+		}
+	}
+	lopts := processor.ListenerOptions{
+		Logger:                options.Logger,
+		RequestedResyncPeriod: resyncPeriod,
+		ResyncPeriod:          processor.DetermineResyncPeriod(logger, resyncPeriod, s.resyncCheckPeriod),
+		Synced:                s.HasSyncedChecker(),
+	}
+	if !s.started {
+		return s.processor.AddListener(handler, lopts), nil
+	}
+	s.blockDeltas.Lock()
+	defer s.blockDeltas.Unlock()
+	items := s.indexer.List()
+	lopts.InitialList = func(yield func(any) bool) {
+		for _, it := range items {
+			if !yield(it) {
+				return
+			}
+		}
+	}
+	return s.processor.AddListener(handler, lopts), nil
+}
+
+// RemoveEventHandler removes a handler; it receives nothing afterwards.
+func (s *Informer) RemoveEventHandler(handle cache.ResourceEventHandlerRegistration) error {
+	s.startedMu.Lock()
+	defer s.startedMu.Unlock()
+	s.blockDeltas.Lock()
+	defer s.blockDeltas.Unlock()
+	return s.processor.RemoveListener(handle)
+}
+
+// The informer loop: each popped batch is applied to the indexer (memory
+// at once, disk in the next group commit) and dispatched to the handlers.
+
+func (s *Informer) handleDeltas(obj any, isInInitialList bool) error {
+	s.blockDeltas.Lock()
+	defer s.blockDeltas.Unlock()
+	deltas, ok := obj.(cache.Deltas)
+	if !ok {
+		return errors.New("boltinformer: object given as Process argument is not Deltas")
+	}
+	return s.processDeltasLocked(deltas, isInInitialList)
+}
+
+// processDeltasLocked mirrors client-go's processDeltas. Caller holds
+// blockDeltas.
+func (s *Informer) processDeltasLocked(deltas cache.Deltas, isInInitialList bool) error {
+	for _, d := range deltas {
+		obj := d.Object
+		switch d.Type {
+		case cache.ReplacedAll:
+			info, ok := obj.(cache.ReplacedAllInfo)
+			if !ok {
+				return fmt.Errorf("boltinformer: ReplacedAll did not contain ReplacedAllInfo: %T", obj)
+			}
+			if err := s.replaceAllLocked(info, isInInitialList); err != nil {
+				return err
+			}
+		case cache.SyncAll:
+			for _, o := range s.indexer.List() {
+				s.onUpdate(o, o)
+			}
+			return nil
+		case cache.Sync, cache.Replaced, cache.Added, cache.Updated:
+			if old, exists, err := s.indexer.Get(obj); err == nil && exists {
+				if err := s.indexer.Update(obj); err != nil {
+					return err
+				}
+				s.onUpdate(old, obj)
+			} else {
+				if err := s.indexer.Add(obj); err != nil {
+					return err
+				}
+				s.processor.Distribute(processor.AddNotification{Obj: obj, InInitialList: isInInitialList}, false)
+			}
+		case cache.Deleted:
+			if err := s.indexer.Delete(obj); err != nil {
+				return err
+			}
+			s.processor.Distribute(processor.DeleteNotification{Old: obj}, false)
+		case cache.Bookmark:
+			info, ok := obj.(cache.BookmarkInfo)
+			if !ok {
+				return fmt.Errorf("boltinformer: bookmark delta did not contain BookmarkInfo: %T", obj)
+			}
+			s.indexer.Bookmark(info.ResourceVersion)
+		}
+	}
+	return nil
+}
+
+// replaceAllLocked applies a relist: deletions of what is gone (as
+// DeletedFinalStateUnknown), then updates and adds in list order, as
+// client-go does. The disk answer of a warm start is not a change.
+func (s *Informer) replaceAllLocked(info cache.ReplacedAllInfo, isInInitialList bool) error {
+	if s.diskAnswer.CompareAndSwap(true, false) {
+		s.indexer.Bookmark(info.ResourceVersion)
+		return nil
+	}
+	keyFunc := cache.DeletionHandlingMetaNamespaceKeyFunc
+	newKeys := sets.New[string]()
+	for _, obj := range info.Objects {
+		key, err := keyFunc(obj)
+		if err != nil {
+			return cache.KeyError{Obj: obj, Err: err}
+		}
+		newKeys.Insert(key)
+	}
+	var deletions []cache.DeletedFinalStateUnknown
+	for _, key := range s.indexer.ListKeys() {
+		if newKeys.Has(key) {
+			continue
+		}
+		old, exists, err := s.indexer.GetByKey(key)
+		if err != nil || !exists {
+			old = nil
+		}
+		deletions = append(deletions, cache.DeletedFinalStateUnknown{Key: key, Obj: old})
+	}
+	type replacement struct{ old, new any }
+	replacements := make([]replacement, 0, len(info.Objects))
+	for _, obj := range info.Objects {
+		if old, exists, err := s.indexer.Get(obj); err == nil && exists {
+			replacements = append(replacements, replacement{old, obj})
+		} else {
+			replacements = append(replacements, replacement{nil, obj})
+		}
+	}
+	if err := s.indexer.Replace(info.Objects, info.ResourceVersion); err != nil {
+		return err
+	}
+	for _, d := range deletions {
+		s.processor.Distribute(processor.DeleteNotification{Old: d}, false)
+	}
+	for _, r := range replacements {
+		if r.old != nil {
+			s.onUpdate(r.old, r.new)
+		} else {
+			s.processor.Distribute(processor.AddNotification{Obj: r.new, InInitialList: isInInitialList}, false)
+		}
+	}
+	return nil
+}
+
+// onUpdate distributes an update; one that did not change the
+// resourceVersion is a resync, for the listeners due for one only.
+func (s *Informer) onUpdate(old, new any) {
+	isSync := false
+	if a, err := meta.Accessor(new); err == nil {
+		if o, err := meta.Accessor(old); err == nil {
+			isSync = a.GetResourceVersion() == o.GetResourceVersion()
+		}
+	}
+	s.processor.Distribute(processor.UpdateNotification{Old: old, New: new}, isSync)
+}
+
+// handleBatchDeltas mirrors client-go's processDeltasInBatch: one
+// indexer transaction, then the handlers.
+func (s *Informer) handleBatchDeltas(deltas []cache.Delta, isInInitialList bool) error {
+	s.blockDeltas.Lock()
+	defer s.blockDeltas.Unlock()
+	txns := make([]cache.Transaction, 0, len(deltas))
+	notes := make([]processor.Notification, 0, len(deltas))
+	syncs := make([]bool, 0, len(deltas))
+	for _, d := range deltas {
+		obj := d.Object
+		switch d.Type {
+		case cache.Sync, cache.Replaced, cache.Added, cache.Updated:
+			if old, exists, err := s.indexer.Get(obj); err == nil && exists {
+				txns = append(txns, cache.Transaction{Type: cache.TransactionTypeUpdate, Object: obj})
+				notes = append(notes, processor.UpdateNotification{Old: old, New: obj})
+				syncs = append(syncs, sameRV(old, obj))
+			} else {
+				txns = append(txns, cache.Transaction{Type: cache.TransactionTypeAdd, Object: obj})
+				notes = append(notes, processor.AddNotification{Obj: obj, InInitialList: isInInitialList})
+				syncs = append(syncs, false)
+			}
+		case cache.Deleted:
+			txns = append(txns, cache.Transaction{Type: cache.TransactionTypeDelete, Object: obj})
+			notes = append(notes, processor.DeleteNotification{Old: obj})
+			syncs = append(syncs, false)
+		default:
+			return fmt.Errorf("boltinformer: delta type %s is not supported in batch processing", d.Type)
+		}
+	}
+	if terr := s.indexer.Transaction(txns...); terr != nil {
+		for _, i := range terr.SuccessfulIndices {
+			s.processor.Distribute(notes[i], syncs[i])
+		}
+		return fmt.Errorf("boltinformer: not all items in the batch successfully processed: %s", terr.Error())
+	}
+	for i, n := range notes {
+		s.processor.Distribute(n, syncs[i])
+	}
+	return nil
+}
+
+func sameRV(old, new any) bool {
+	a, err := meta.Accessor(new)
+	if err != nil {
+		return false
+	}
+	o, err := meta.Accessor(old)
+	if err != nil {
+		return false
+	}
+	return a.GetResourceVersion() == o.GetResourceVersion()
+}
