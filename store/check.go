@@ -48,11 +48,13 @@ func (db *DB) Check(opts *CheckOptions) ([]Problem, error) {
 		}
 	}
 	err := db.View(func(tx *Tx) error {
+		// Drain the channel even when full: bbolt's checker runs in its
+		// own goroutine over this transaction and blocks on every send.
 		for e := range tx.tx.Check() {
 			add("", "bbolt: %v", e)
-			if full() {
-				return nil
-			}
+		}
+		if full() {
+			return nil
 		}
 		for _, inf := range tx.Informers() {
 			checkInformer(tx, inf, add, full)
@@ -75,12 +77,14 @@ func checkInformer(tx *Tx, inf string, add func(string, string, ...any), full fu
 	}
 	// want[index][value\x00key] from the records.
 	want := map[string]map[string]bool{}
+	bad := map[string]bool{} // keys whose record does not decode
 	var n int64
-	_ = tx.ForEachRaw(inf, func(key string, raw []byte) error {
+	err = tx.ForEachRaw(inf, func(key string, raw []byte) error {
 		n++
 		r, err := DecodeRecord(raw)
 		if err != nil {
 			add(inf, "object %q: %v", key, err)
+			bad[key] = true
 			return nil
 		}
 		for _, iv := range r.Indexed {
@@ -98,6 +102,9 @@ func checkInformer(tx *Tx, inf string, add func(string, string, ...any), full fu
 		}
 		return nil
 	})
+	if err != nil && err != errStop {
+		add(inf, "%v", err)
+	}
 	if st != nil && st.Objects != n {
 		add(inf, "state counts %d objects, bucket holds %d", st.Objects, n)
 	}
@@ -110,11 +117,14 @@ func checkInformer(tx *Tx, inf string, add func(string, string, ...any), full fu
 	}
 	for _, name := range tx.Indexes(inf) {
 		m := want[name]
-		_ = tx.ForEachIndexEntry(inf, name, func(value, key string) error {
+		err := tx.ForEachIndexEntry(inf, name, func(value, key string) error {
 			k := string(indexEntryKey(value, key))
 			if m[k] {
 				delete(m, k)
 				return nil
+			}
+			if bad[key] {
+				return nil // reported above; its values are unknown
 			}
 			if tx.GetRaw(inf, key) == nil {
 				add(inf, "index %q value %q points to missing object %q", name, value, key)
@@ -126,6 +136,9 @@ func checkInformer(tx *Tx, inf string, add func(string, string, ...any), full fu
 			}
 			return nil
 		})
+		if err != nil && err != errStop {
+			add(inf, "%v", err)
+		}
 		delete(want, name)
 		for k := range m {
 			v, key, _ := splitIndexEntryKey([]byte(k))

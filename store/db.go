@@ -95,23 +95,38 @@ func Open(path string, opts *Options) (db *DB, err error) {
 		InitialMmapSize: opts.InitialMmapSize,
 		FreelistType:    bolt.FreelistMapType,
 	}
-	// bbolt may panic on a damaged file; contain it (DESIGN invariant 6).
-	defer func() {
-		if r := recover(); r != nil {
-			db = nil
-			err = corruptf("%s: %v", path, r)
+	// bbolt follows its pages without bounds checks: prove the page tree
+	// sound (verifyPages) before it does, holding a shared lock so that no
+	// writer changes the file meanwhile. A read-only DB keeps that handle.
+	var bdb *bolt.DB
+	if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
+		ro := *bopts
+		ro.ReadOnly = true
+		if bdb, err = openBolt(path, &ro); err != nil {
+			if errors.Is(err, ErrLocked) {
+				return nil, err
+			}
+			// bbolt's own complaint is less precise than ours.
+			if verr := verifyPages(path); verr != nil {
+				return nil, verr
+			}
+			return nil, err
 		}
-	}()
-	bdb, err := bolt.Open(path, 0o600, bopts)
-	if err != nil {
-		switch {
-		case errors.Is(err, bolterrors.ErrTimeout):
-			return nil, fmt.Errorf("%w: %s (waited %s)", ErrLocked, path, timeout)
-		case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrChecksum),
-			errors.Is(err, bolterrors.ErrVersionMismatch), errors.Is(err, bolterrors.ErrInvalidMapping):
-			return nil, corruptf("%s: %v", path, err)
+		if err := verifyPages(path); err != nil {
+			_ = bdb.Close()
+			return nil, err
 		}
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
+		if !opts.ReadOnly {
+			if err := bdb.Close(); err != nil {
+				return nil, fmt.Errorf("store: close %s: %w", path, err)
+			}
+			bdb = nil
+		}
+	}
+	if bdb == nil {
+		if bdb, err = openBolt(path, bopts); err != nil {
+			return nil, err
+		}
 	}
 	db = &DB{path: path, readOnly: opts.ReadOnly, clock: c, hook: opts.BeforeCommit, bolt: bdb}
 	if err := db.init(); err != nil {
@@ -119,6 +134,43 @@ func Open(path string, opts *Options) (db *DB, err error) {
 		return nil, err
 	}
 	return db, nil
+}
+
+// openBolt opens the bbolt file, mapping its errors to ours. A panic in
+// bbolt is returned as ErrCorrupt, and the file it had opened (and locked)
+// is closed.
+func openBolt(path string, bopts *bolt.Options) (bdb *bolt.DB, err error) {
+	var file *os.File
+	o := *bopts
+	openFile := o.OpenFile
+	if openFile == nil {
+		openFile = os.OpenFile
+	}
+	o.OpenFile = func(name string, flag int, mode os.FileMode) (*os.File, error) {
+		f, err := openFile(name, flag, mode)
+		file = f
+		return f, err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			if file != nil {
+				_ = file.Close()
+			}
+			bdb, err = nil, corruptf("%s: %v", path, r)
+		}
+	}()
+	bdb, err = bolt.Open(path, 0o600, &o)
+	if err != nil {
+		switch {
+		case errors.Is(err, bolterrors.ErrTimeout):
+			return nil, fmt.Errorf("%w: %s (waited %s)", ErrLocked, path, bopts.Timeout)
+		case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrChecksum),
+			errors.Is(err, bolterrors.ErrVersionMismatch), errors.Is(err, bolterrors.ErrInvalidMapping):
+			return nil, corruptf("%s: %v", path, err)
+		}
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	return bdb, nil
 }
 
 // precheckFile rejects, before bbolt maps it, a file too short to hold
@@ -140,13 +192,22 @@ func precheckFile(path string) error {
 	return nil
 }
 
-// init validates the meta record, or writes it into a new file.
-func (db *DB) init() error {
+// init validates the meta record, or writes it into a new file. A bbolt
+// panic is returned as ErrCorrupt.
+func (db *DB) init() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = corruptf("%s: %v", db.path, r)
+		}
+	}()
 	var hdr []byte
 	var foreign bool
-	err := db.bolt.View(func(tx *bolt.Tx) error {
+	err = db.bolt.View(func(tx *bolt.Tx) error {
 		if b := tx.Bucket(bucketMeta); b != nil {
-			hdr = append([]byte(nil), b.Get(keyHeader)...)
+			// A "meta" bucket without our header is another program's:
+			// init writes the bucket and the header in one transaction.
+			hdr = append([]byte{}, b.Get(keyHeader)...)
+			foreign = b.Get(keyHeader) == nil
 			return nil
 		}
 		return tx.ForEach(func([]byte, *bolt.Bucket) error {
@@ -159,7 +220,7 @@ func (db *DB) init() error {
 	}
 	switch {
 	case foreign:
-		return fmt.Errorf("%w: %s has buckets but no %q bucket", ErrForeign, db.path, bucketMeta)
+		return fmt.Errorf("%w: %s has buckets but no %q record in a %q bucket", ErrForeign, db.path, keyHeader, bucketMeta)
 	case hdr != nil:
 		h, err := decodeHeader(db.path, hdr)
 		if err != nil {
