@@ -153,7 +153,7 @@ func (l *Listener) stop() {
 		return
 	}
 	l.removed = true
-	return
+	l.pending = buffer.Ring[Notification]{}
 	close(l.stopCh)
 }
 
