@@ -3,9 +3,11 @@ package boltinformer
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -44,6 +46,10 @@ type Options struct {
 	BeforeCommit func() error
 	// OnCommit, when set, is called after every commit attempt.
 	OnCommit func(store.CommitInfo)
+	// Registerer, when set, gets the DB's Prometheus metrics (commits and
+	// their latency, objects, saved resourceVersion age, relists, watch
+	// restarts, warm/cold starts, file size, handler backlogs).
+	Registerer prometheus.Registerer
 }
 
 // DB is an open cache file shared by the informers built on it, with one
@@ -56,6 +62,8 @@ type DB struct {
 	clock     clock.WithTicker
 	stop      context.CancelFunc
 	done      chan struct{}
+	metrics   *metrics
+	reg       prometheus.Registerer
 
 	// mu guards informers and closed.
 	mu        sync.Mutex
@@ -107,12 +115,28 @@ func Open(path string, opts *Options) (*DB, error) {
 		informers: map[string]*Informer{},
 		done:      make(chan struct{}),
 	}
+	db.metrics = newMetrics(db)
+	userOnCommit := o.OnCommit
 	db.committer = store.NewCommitter(sdb, &store.CommitterOptions{
 		MaxOps:   o.CommitMaxOps,
 		MaxDelay: o.CommitMaxDelay,
 		Clock:    o.Clock,
-		OnCommit: o.OnCommit,
+		OnCommit: func(info store.CommitInfo) {
+			db.metrics.onCommit(info)
+			if userOnCommit != nil {
+				userOnCommit(info)
+			}
+		},
 	})
+	if o.Registerer != nil {
+		for _, c := range db.metrics.collectors() {
+			if err := o.Registerer.Register(c); err != nil {
+				_ = sdb.Close()
+				return nil, fmt.Errorf("boltinformer: register metrics: %w", err)
+			}
+		}
+		db.reg = o.Registerer
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	db.stop = cancel
 	go func() {
@@ -147,6 +171,11 @@ func (db *DB) Close() error {
 	db.mu.Unlock()
 	db.stop()
 	<-db.done // Run's exit includes a final flush
+	if db.reg != nil {
+		for _, c := range db.metrics.collectors() {
+			db.reg.Unregister(c)
+		}
+	}
 	flushErr := db.committer.Flush(context.Background())
 	if err := db.store.Close(); err != nil {
 		return err
@@ -155,6 +184,17 @@ func (db *DB) Close() error {
 		return fmt.Errorf("boltinformer: final flush: %w", flushErr)
 	}
 	return nil
+}
+
+func (db *DB) snapshotInformers() []*Informer {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	out := make([]*Informer, 0, len(db.informers))
+	for _, inf := range db.informers {
+		out = append(out, inf)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
 }
 
 func (db *DB) register(name string, inf *Informer) error {

@@ -77,17 +77,20 @@ type InformerOptions struct {
 // Informer is a cache.SharedIndexInformer whose indexer is persisted. Build
 // it with DB.NewInformer; listers may read its indexer at once.
 type Informer struct {
-	db         *DB
-	name       string
-	indexer    *indexer.Indexer
-	lw         cache.ListerWatcher
-	objectType runtime.Object
-	processor  *processor.Processor
-	decision   recovery.Decision
-	policy     SyncPolicy
-	logger     klog.Logger
-	synced     chan struct{}
-	diskAnswer atomic.Bool // the next ReplacedAll is the disk answer
+	db          *DB
+	name        string
+	indexer     *indexer.Indexer
+	lw          cache.ListerWatcher
+	objectType  runtime.Object
+	processor   *processor.Processor
+	decision    recovery.Decision
+	policy      SyncPolicy
+	logger      klog.Logger
+	synced      chan struct{}
+	diskAnswer  atomic.Bool // the next ReplacedAll is the disk answer
+	counters    informerCounters
+	listed      atomic.Bool  // a list (from disk or server) was applied
+	expiredSeen atomic.Int64 // reflector.Stats.Expired at the last relist
 
 	// startedMu guards started, stopped, controller, resume, transform,
 	// watchErrorHandler and the resync periods. Lock order: startedMu
@@ -100,6 +103,7 @@ type Informer struct {
 	watchErrorHandler               cache.WatchErrorHandlerWithContext
 	resyncCheckPeriod               time.Duration
 	defaultEventHandlerResyncPeriod time.Duration
+	listeners                       map[*processor.Listener]struct{}
 
 	// blockDeltas serializes event distribution with handler registration,
 	// so a late handler joins between two events.
@@ -170,6 +174,7 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		synced:                          make(chan struct{}),
 		resyncCheckPeriod:               resync,
 		defaultEventHandlerResyncPeriod: resync,
+		listeners:                       map[*processor.Listener]struct{}{},
 	}
 	if err := db.register(name, inf); err != nil {
 		_ = idx.Close()
@@ -443,7 +448,9 @@ func (s *Informer) AddEventHandlerWithOptions(handler cache.ResourceEventHandler
 		Synced:                s.HasSyncedChecker(),
 	}
 	if !s.started {
-		return s.processor.AddListener(handler, lopts), nil
+		l := s.processor.AddListener(handler, lopts)
+		s.listeners[l] = struct{}{}
+		return l, nil
 	}
 	s.blockDeltas.Lock()
 	defer s.blockDeltas.Unlock()
@@ -455,7 +462,20 @@ func (s *Informer) AddEventHandlerWithOptions(handler cache.ResourceEventHandler
 			}
 		}
 	}
-	return s.processor.AddListener(handler, lopts), nil
+	l := s.processor.AddListener(handler, lopts)
+	s.listeners[l] = struct{}{}
+	return l, nil
+}
+
+// listenerDepths returns each handler's buffered notifications.
+func (s *Informer) listenerDepths() map[string]int {
+	s.startedMu.Lock()
+	defer s.startedMu.Unlock()
+	out := make(map[string]int, len(s.listeners))
+	for l := range s.listeners {
+		out[l.Name()] += l.Pending()
+	}
+	return out
 }
 
 // RemoveEventHandler removes a handler; it receives nothing afterwards.
@@ -464,6 +484,9 @@ func (s *Informer) RemoveEventHandler(handle cache.ResourceEventHandlerRegistrat
 	defer s.startedMu.Unlock()
 	s.blockDeltas.Lock()
 	defer s.blockDeltas.Unlock()
+	if l, ok := handle.(*processor.Listener); ok {
+		delete(s.listeners, l)
+	}
 	return s.processor.RemoveListener(handle)
 }
 
@@ -485,6 +508,9 @@ func (s *Informer) handleDeltas(obj any, isInInitialList bool) error {
 func (s *Informer) processDeltasLocked(deltas cache.Deltas, isInInitialList bool) error {
 	for _, d := range deltas {
 		obj := d.Object
+		if d.Type != cache.Bookmark && d.Type != cache.SyncAll && d.Type != cache.ReplacedAll {
+			s.counters.events.Add(1)
+		}
 		switch d.Type {
 		case cache.ReplacedAll:
 			info, ok := obj.(cache.ReplacedAllInfo)
@@ -533,7 +559,17 @@ func (s *Informer) processDeltasLocked(deltas cache.Deltas, isInInitialList bool
 func (s *Informer) replaceAllLocked(info cache.ReplacedAllInfo, isInInitialList bool) error {
 	if s.diskAnswer.CompareAndSwap(true, false) {
 		s.indexer.Bookmark(info.ResourceVersion)
+		s.listed.Store(true)
 		return nil
+	}
+	s.counters.events.Add(int64(len(info.Objects)))
+	if s.listed.Swap(true) {
+		expired := s.resume.Stats().Expired
+		if expired > s.expiredSeen.Swap(expired) {
+			s.counters.relistsExpired.Add(1)
+		} else {
+			s.counters.relistsOther.Add(1)
+		}
 	}
 	keyFunc := cache.DeletionHandlingMetaNamespaceKeyFunc
 	newKeys := sets.New[string]()
@@ -597,6 +633,7 @@ func (s *Informer) onUpdate(old, new any) {
 func (s *Informer) handleBatchDeltas(deltas []cache.Delta, isInInitialList bool) error {
 	s.blockDeltas.Lock()
 	defer s.blockDeltas.Unlock()
+	s.counters.events.Add(int64(len(deltas)))
 	txns := make([]cache.Transaction, 0, len(deltas))
 	notes := make([]processor.Notification, 0, len(deltas))
 	syncs := make([]bool, 0, len(deltas))

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -37,6 +38,9 @@ type Stats struct {
 	Events int64
 	// Errors counts failed calls and watch ERROR events.
 	Errors int64
+	// Expired counts 410 Expired/Gone answers (the resourceVersion was too
+	// old): each is followed by a relist.
+	Expired int64
 	// LastEvent is when the last watch event arrived.
 	LastEvent time.Time
 	// LastError is the last error seen, or nil.
@@ -146,7 +150,13 @@ func (lw *ListerWatcher) ListWithContext(ctx context.Context, options metav1.Lis
 	lw.record(func(s *Stats) { s.Lists++ })
 	obj, err := cache.ToListerWatcherWithContext(lw.inner).ListWithContext(ctx, options)
 	if err != nil {
-		lw.record(func(s *Stats) { s.Errors++; s.LastError = err })
+		lw.record(func(s *Stats) {
+			s.Errors++
+			s.LastError = err
+			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				s.Expired++
+			}
+		})
 		return nil, err
 	}
 	lw.markResumed()
@@ -164,7 +174,13 @@ func (lw *ListerWatcher) WatchWithContext(ctx context.Context, options metav1.Li
 	lw.record(func(s *Stats) { s.Watches++ })
 	w, err := cache.ToListerWatcherWithContext(lw.inner).WatchWithContext(ctx, options)
 	if err != nil {
-		lw.record(func(s *Stats) { s.Errors++; s.LastError = err })
+		lw.record(func(s *Stats) {
+			s.Errors++
+			s.LastError = err
+			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				s.Expired++
+			}
+		})
 		return nil, err
 	}
 	return newObserved(ctx, w, lw), nil
@@ -198,7 +214,17 @@ func (o *observed) run(ctx context.Context) {
 			}
 			now := o.lw.clock.Now()
 			if ev.Type == watch.Error {
-				o.lw.record(func(s *Stats) { s.Events++; s.Errors++; s.LastEvent = now })
+				err := apierrors.FromObject(ev.Object)
+				expired := apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
+				o.lw.record(func(s *Stats) {
+					s.Events++
+					s.Errors++
+					s.LastEvent = now
+					s.LastError = err
+					if expired {
+						s.Expired++
+					}
+				})
 			} else {
 				o.lw.record(func(s *Stats) { s.Events++; s.LastEvent = now })
 				o.lw.markResumed()

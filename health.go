@@ -1,0 +1,107 @@
+package boltinformer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Health is one informer's health, for a /healthz handler.
+type Health struct {
+	Informer string `json:"informer"`
+	// Synced is HasSynced.
+	Synced bool `json:"synced"`
+	// Start is "warm" or "cold", with StartReason.
+	Start       string `json:"start"`
+	StartReason string `json:"startReason"`
+	// Objects in the cache.
+	Objects int `json:"objects"`
+	// SavedResourceVersion is what a restart would resume from, committed
+	// at LastCommit.
+	SavedResourceVersion string    `json:"savedResourceVersion"`
+	LastCommit           time.Time `json:"lastCommit,omitzero"`
+	// AppliedResourceVersion is what the cache holds (ahead of disk by at
+	// most one group commit).
+	AppliedResourceVersion string `json:"appliedResourceVersion"`
+	// LastWatchEvent is when the last watch event arrived.
+	LastWatchEvent time.Time `json:"lastWatchEvent,omitzero"`
+	// Resumed is true once the server accepted the resume or a list.
+	Resumed bool `json:"resumed"`
+	// CommitError is the last commit's error ("" if it succeeded).
+	CommitError string `json:"commitError,omitempty"`
+	// WatchError is the last list/watch error seen ("" if none).
+	WatchError string `json:"watchError,omitempty"`
+}
+
+// Health returns the informer's health.
+func (s *Informer) Health() Health {
+	h := Health{Informer: s.name, Synced: s.HasSynced(), Start: "cold", StartReason: s.decision.Reason, Objects: s.indexer.Len()}
+	if s.decision.Warm {
+		h.Start = "warm"
+	}
+	st := s.indexer.SavedState()
+	h.SavedResourceVersion, h.LastCommit = st.ResourceVersion, st.LastCommit
+	h.AppliedResourceVersion = s.indexer.ResourceVersion()
+	ws := s.WatchStats()
+	h.LastWatchEvent, h.Resumed = ws.LastEvent, ws.Resumed
+	if ws.LastError != nil {
+		h.WatchError = ws.LastError.Error()
+	}
+	if err := s.indexer.CommitError(); err != nil {
+		h.CommitError = err.Error()
+	}
+	return h
+}
+
+// ErrUnhealthy is wrapped by DB.Healthy's errors.
+var ErrUnhealthy = errors.New("boltinformer: unhealthy")
+
+// Health returns every informer's health, by name.
+func (db *DB) Health() []Health {
+	infs := db.snapshotInformers()
+	out := make([]Health, len(infs))
+	for i, inf := range infs {
+		out[i] = inf.Health()
+	}
+	return out
+}
+
+// Healthy returns nil when every informer has synced and the last group
+// commit succeeded, else an error wrapping ErrUnhealthy that says why. A
+// lost uplink alone is not unhealthy: the cache still serves.
+func (db *DB) Healthy() error {
+	var errs []error
+	if err := db.committer.LastError(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: last commit failed: %w", ErrUnhealthy, err))
+	}
+	for _, h := range db.Health() {
+		if !h.Synced {
+			errs = append(errs, fmt.Errorf("%w: informer %q has not synced", ErrUnhealthy, h.Informer))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// HealthHandler serves Healthy as an HTTP health check: 200 or 503, with
+// every informer's Health as JSON.
+func (db *DB) HealthHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		body := struct {
+			Healthy   bool     `json:"healthy"`
+			Error     string   `json:"error,omitempty"`
+			Informers []Health `json:"informers"`
+		}{Healthy: true, Informers: db.Health()}
+		if err := db.Healthy(); err != nil {
+			body.Healthy, body.Error = false, err.Error()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if !body.Healthy {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(body)
+	})
+}
