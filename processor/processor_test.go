@@ -219,7 +219,7 @@ func TestLateListenerGetsInitialListFirst(t *testing.T) {
 	if got := waitEvents(t, late, len(want)); !slices.Equal(got, want) {
 		t.Errorf("late listener got %v, want %v", got, want)
 	}
-	if got := early.got(); !slices.Equal(got, []string{"add x initial=false", "update o1->o1'"}) {
+	if got := waitEvents(t, early, 2); !slices.Equal(got, []string{"add x initial=false", "update o1->o1'"}) {
 		t.Errorf("early listener got %v", got)
 	}
 }
