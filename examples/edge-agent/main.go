@@ -305,4 +305,3 @@ func (c *requestCounter) firstVerb() string {
 	v, _ := c.first.Load().(string)
 	return v
 }
-
