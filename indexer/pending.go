@@ -20,6 +20,9 @@ func (x *Indexer) stateLocked() store.State {
 	s.ResourceVersion = x.rv
 	s.Synced = x.synced
 	s.Indexes = append([]string(nil), x.idx.names...)
+	if gvk := x.codec.GVK(); !gvk.Empty() {
+		s.Kind = gvk.String()
+	}
 	s.Created = x.saved.Created
 	s.LastSync = x.saved.LastSync
 	if x.synced && !x.saved.Synced {

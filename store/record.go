@@ -156,6 +156,12 @@ type State struct {
 	ClusterID string `msgpack:"cluster,omitempty"`
 	// Resource names what the informer lists, e.g. "/v1, Resource=pods".
 	Resource string `msgpack:"resource,omitempty"`
+	// Kind is the group, version and kind of the informer's objects as
+	// schema.GroupVersionKind.String() writes it ("/v1, Kind=Pod"), set by
+	// the indexer from its codec; "" when unknown (unstructured). It lets
+	// tools (cmd/inspect) decode typed payloads, which carry no TypeMeta.
+	// Not part of the identity.
+	Kind string `msgpack:"kind,omitempty"`
 	// ListOptions is a fingerprint of the list options (selectors).
 	ListOptions string `msgpack:"listopts,omitempty"`
 	// Transform is a fingerprint of the transform applied before storage.
