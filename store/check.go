@@ -79,31 +79,34 @@ func checkInformer(tx *Tx, inf string, add func(string, string, ...any), full fu
 	want := map[string]map[string]bool{}
 	bad := map[string]bool{} // keys whose record does not decode
 	var n int64
-	err = tx.ForEachRaw(inf, func(key string, raw []byte) error {
-		n++
-		r, err := DecodeRecord(raw)
-		if err != nil {
-			add(inf, "object %q: %v", key, err)
-			bad[key] = true
-			return nil
-		}
-		for _, iv := range r.Indexed {
-			m := want[iv.Index]
-			if m == nil {
-				m = map[string]bool{}
-				want[iv.Index] = m
+	// Walk with cursors rather than ForEachRaw and ForEachIndexEntry, so
+	// that one bad entry is reported and the walk goes on.
+	if objs := tx.informer(inf).Bucket(bucketObjects); objs != nil {
+		c := objs.Cursor()
+		for k, raw := c.First(); k != nil && !full(); k, raw = c.Next() {
+			key := string(k)
+			if raw == nil {
+				add(inf, "nested bucket %q in objects", key)
+				continue
 			}
-			for _, v := range iv.Values {
-				m[string(indexEntryKey(v, key))] = true
+			n++
+			r, err := DecodeRecord(raw)
+			if err != nil {
+				add(inf, "object %q: %v", key, err)
+				bad[key] = true
+				continue
+			}
+			for _, iv := range r.Indexed {
+				m := want[iv.Index]
+				if m == nil {
+					m = map[string]bool{}
+					want[iv.Index] = m
+				}
+				for _, v := range iv.Values {
+					m[string(indexEntryKey(v, key))] = true
+				}
 			}
 		}
-		if full() {
-			return errStop
-		}
-		return nil
-	})
-	if err != nil && err != errStop {
-		add(inf, "%v", err)
 	}
 	if st != nil && st.Objects != n {
 		add(inf, "state counts %d objects, bucket holds %d", st.Objects, n)
@@ -117,27 +120,27 @@ func checkInformer(tx *Tx, inf string, add func(string, string, ...any), full fu
 	}
 	for _, name := range tx.Indexes(inf) {
 		m := want[name]
-		err := tx.ForEachIndexEntry(inf, name, func(value, key string) error {
-			k := string(indexEntryKey(value, key))
-			if m[k] {
-				delete(m, k)
-				return nil
-			}
-			if bad[key] {
-				return nil // reported above; its values are unknown
+		c := tx.index(inf, name).Cursor()
+		for k, v := c.First(); k != nil && !full(); k, v = c.Next() {
+			value, key, ok := splitIndexEntryKey(k)
+			switch {
+			case v == nil && tx.index(inf, name).Bucket(k) != nil:
+				add(inf, "index %q: nested bucket %q", name, k)
+				continue
+			case !ok:
+				add(inf, "index %q: malformed entry %q", name, k)
+				continue
+			case m[string(k)]:
+				delete(m, string(k))
+				continue
+			case bad[key]:
+				continue // reported above; its values are unknown
 			}
 			if tx.GetRaw(inf, key) == nil {
 				add(inf, "index %q value %q points to missing object %q", name, value, key)
 			} else {
 				add(inf, "index %q value %q points to object %q, which does not have that value", name, value, key)
 			}
-			if full() {
-				return errStop
-			}
-			return nil
-		})
-		if err != nil && err != errStop {
-			add(inf, "%v", err)
 		}
 		delete(want, name)
 		for k := range m {
@@ -156,9 +159,3 @@ func checkInformer(tx *Tx, inf string, add func(string, string, ...any), full fu
 		}
 	}
 }
-
-type stopError struct{}
-
-func (stopError) Error() string { return "stop" }
-
-var errStop error = stopError{}

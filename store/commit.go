@@ -34,7 +34,9 @@ type Batch struct {
 	// Ops are applied in order.
 	Ops []Op
 	// State, when non-nil, is written after the Ops; the store sets its
-	// Objects count and LastCommit.
+	// Objects count and LastCommit, and Created (from the stored state, or
+	// now) when it is zero, in the record and in *State. When nil, the
+	// stored state is kept, with its Objects count brought up to date.
 	State *State
 	// Token is the source's own, carried back to Source.Committed.
 	Token any
@@ -148,33 +150,53 @@ func applyBatch(tx *bolt.Tx, b *Batch, now time.Time) error {
 		}
 		delta += d
 	}
+	var old *State
+	if v := ib.root.Get(keyState); v != nil {
+		old, _ = DecodeState(v) // a damaged record is replaced
+	}
 	if b.State == nil {
-		return nil
+		if old == nil || (delta == 0 && !b.Reset) {
+			return nil
+		}
+		// The stored count is derived state: keep it right even when the
+		// batch brings no new state record.
+		st := *old
+		st.Objects = countObjects(ib, old, b.Reset, delta)
+		st.LastCommit = now.UTC()
+		raw, err := EncodeState(&st)
+		if err != nil {
+			return err
+		}
+		return ib.root.Put(keyState, raw)
 	}
 	st := *b.State
-	st.Objects = countObjects(ib, b.Reset, delta)
+	st.Objects = countObjects(ib, old, b.Reset, delta)
 	st.LastCommit = now.UTC()
+	if st.Created.IsZero() && old != nil {
+		st.Created = old.Created
+	}
 	if st.Created.IsZero() {
 		st.Created = st.LastCommit
 	}
+	st.Indexes = append([]string(nil), st.Indexes...)
 	sort.Strings(st.Indexes)
 	raw, err := EncodeState(&st)
 	if err != nil {
 		return err
 	}
-	return ib.root.Put(keyState, raw)
+	if err := ib.root.Put(keyState, raw); err != nil {
+		return err
+	}
+	*b.State = st
+	return nil
 }
 
 // countObjects derives the new object count from the previous state record
 // and the batch's delta, falling back to a count of the bucket.
-func countObjects(ib *informerBuckets, reset bool, delta int64) int64 {
-	if !reset {
-		if v := ib.root.Get(keyState); v != nil {
-			if old, err := DecodeState(v); err == nil {
-				if n := old.Objects + delta; n >= 0 {
-					return n
-				}
-			}
+func countObjects(ib *informerBuckets, old *State, reset bool, delta int64) int64 {
+	if !reset && old != nil {
+		if n := old.Objects + delta; n >= 0 {
+			return n
 		}
 	}
 	var n int64

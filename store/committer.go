@@ -156,6 +156,17 @@ func (c *Committer) Run(ctx context.Context) {
 		}
 	}
 	defer stopTimer()
+	// rearm starts the timer after a round that left work: mutations that
+	// arrived meanwhile, or a failure to retry after a backoff.
+	rearm := func() {
+		c.mu.Lock()
+		n, failures := c.pending, c.failures
+		c.mu.Unlock()
+		if n > 0 || failures > 0 {
+			timer = c.opts.Clock.NewTimer(c.delay(failures))
+			timerC = timer.C()
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -168,6 +179,7 @@ func (c *Committer) Run(ctx context.Context) {
 			if n >= c.opts.MaxOps && failures == 0 {
 				stopTimer()
 				c.round()
+				rearm()
 			} else if timer == nil && n > 0 {
 				timer = c.opts.Clock.NewTimer(c.delay(failures))
 				timerC = timer.C()
@@ -175,13 +187,7 @@ func (c *Committer) Run(ctx context.Context) {
 		case <-timerC:
 			timer, timerC = nil, nil
 			c.round()
-			c.mu.Lock()
-			n, failures := c.pending, c.failures
-			c.mu.Unlock()
-			if n > 0 || failures > 0 {
-				timer = c.opts.Clock.NewTimer(c.delay(failures))
-				timerC = timer.C()
-			}
+			rearm()
 		}
 	}
 }
@@ -242,15 +248,17 @@ func (c *Committer) Flush(ctx context.Context) error {
 		took = append(took, taken{s, b})
 		info.Informers = append(info.Informers, b.Informer)
 		info.Ops += len(b.Ops)
-		for i := range b.Ops {
-			info.Bytes += len(b.Ops[i].Raw)
-		}
 	}
 	if len(batches) > 0 {
 		start := c.opts.Clock.Now()
 		err := c.db.Commit(batches...)
 		info.Duration = c.opts.Clock.Since(start)
 		info.Err = err
+		for _, b := range batches { // Commit encodes the ops without Raw
+			for i := range b.Ops {
+				info.Bytes += len(b.Ops[i].Raw)
+			}
+		}
 		for _, t := range took {
 			t.src.Committed(t.batch, err)
 		}

@@ -39,6 +39,7 @@ func (c Codec) String() string {
 
 // IndexValues are the values one object has in one index.
 type IndexValues struct {
+	//lint:ignore U1000 the msgpack encoder reads this field's tag.
 	_msgpack struct{} `msgpack:",as_array"`
 	Index    string
 	Values   []string
@@ -60,6 +61,7 @@ type IndexValues struct {
 // Indexed lets the store keep index buckets in step (remove an object's old
 // entries) without decoding the payload, and lets Check verify them.
 type Record struct {
+	//lint:ignore U1000 the msgpack encoder reads this field's tag.
 	_msgpack        struct{} `msgpack:",as_array"`
 	UID             string
 	ResourceVersion string

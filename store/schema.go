@@ -19,8 +19,7 @@ const FormatVersion uint32 = 1
 //
 //	(root)
 //	├── "meta"                          bucket
-//	│   ├── "header"   -> meta record (24 bytes, below)
-//	│   └── "cluster"  -> cluster identity, UTF-8 (absent until first sync)
+//	│   └── "header"   -> meta record (24 bytes, below)
 //	└── "informers"                     bucket
 //	    └── <informer name>             bucket, one per informer
 //	        ├── "state"   -> State record (msgpack map)
@@ -39,9 +38,8 @@ var (
 	bucketObjects   = []byte("objects")
 	bucketIndexes   = []byte("indexes")
 
-	keyHeader  = []byte("header")
-	keyCluster = []byte("cluster")
-	keyState   = []byte("state")
+	keyHeader = []byte("header")
+	keyState  = []byte("state")
 )
 
 // The meta record, big-endian, validated in this order on open: magic, then
@@ -52,10 +50,9 @@ var (
 //	4      4    version   FormatVersion
 //	8      8    created   Unix time in nanoseconds
 //	16     8    checksum  FNV-1a 64 of bytes [0, 16)
-const (
-	metaMagic      uint32 = 0x42494E46
-	metaRecordSize        = 24
-)
+const metaMagic uint32 = 0x42494E46
+
+const metaRecordSize = 24
 
 // header is the decoded meta record.
 type header struct {
