@@ -39,14 +39,6 @@ func newIndexSet(indexers cache.Indexers) *indexSet {
 	return s
 }
 
-func (s *indexSet) position(name string) int {
-	i := sort.SearchStrings(s.names, name)
-	if i < len(s.names) && s.names[i] == name {
-		return i
-	}
-	return -1
-}
-
 // compute runs every index function on obj. An index function's error is
 // returned (client-go's indexer panics instead).
 func (s *indexSet) compute(key string, obj any) ([][]string, error) {
@@ -95,20 +87,6 @@ func (s *indexSet) update(key string, old, nw [][]string) {
 			set.Insert(key)
 		}
 	}
-}
-
-// asMap returns vals keyed by index name, for a store record.
-func (s *indexSet) asMap(vals [][]string) map[string][]string {
-	if len(vals) == 0 {
-		return nil
-	}
-	m := make(map[string][]string, len(vals))
-	for i, v := range vals {
-		if len(v) > 0 {
-			m[s.names[i]] = v
-		}
-	}
-	return m
 }
 
 // fromRecord aligns a record's index values with s.names.

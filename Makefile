@@ -1,0 +1,44 @@
+# boltinformer. `make test` is the test command the README gives and .ci/run calls.
+# Heavier tiers: BOLTINFORMER_HEAVY=1 make test (long crash loop, 100k-object
+# benchmarks, more differential seeds), or the targets below.
+
+GO        ?= go
+FUZZTIME  ?= 5s
+export GOWORK := off
+
+.PHONY: test test-unit test-race test-e2e test-crash fuzz bench lint demo
+
+test: lint test-unit fuzz test-e2e
+
+lint:
+	@out="$$(gofmt -l . )"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	cd test/kas && $(GO) vet ./...
+
+test-unit:
+	$(GO) test -count=1 ./...
+
+test-race:
+	$(GO) test -race -count=1 ./...
+
+# Short coverage-guided runs of every fuzz target (seeds run in test-unit too).
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME) ./store/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeState$$' -fuzztime $(FUZZTIME) ./store/
+	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./store/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodePayload$$' -fuzztime $(FUZZTIME) ./internal/codec/
+
+# End-to-end tests against a real kube-apiserver + etcd on 127.0.0.1 (the
+# harness builds it once, ~6 minutes cold, then caches the binary).
+test-e2e:
+	cd test/kas && $(GO) test -count=1 -timeout 40m ./...
+
+test-crash:
+	BOLTINFORMER_CRASH_KILLS=$${BOLTINFORMER_CRASH_KILLS:-1000} $(GO) test -count=1 -timeout 60m -run Crash ./recovery/...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# The demo: a real apiserver, seeded objects, the edge agent cold then warm.
+demo:
+	./demo.sh
