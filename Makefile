@@ -6,6 +6,13 @@ GO        ?= go
 FUZZTIME  ?= 5s
 export GOWORK := off
 
+ifdef BOLTINFORMER_HEAVY
+export BOLTINFORMER_CRASH_KILLS ?= 1000
+export BOLTINFORMER_BENCH_LARGE ?= 1
+export BOLTINFORMER_DIFF_SEEDS ?= 200
+export BOLTINFORMER_FLEET_AGENTS ?= 500
+endif
+
 .PHONY: test test-unit test-race test-e2e test-crash fuzz bench lint demo
 
 test: lint test-unit fuzz test-e2e
