@@ -1,0 +1,364 @@
+package store_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/boltinformer/boltinformer/internal/codec"
+	"github.com/boltinformer/boltinformer/internal/testobj"
+	"github.com/boltinformer/boltinformer/store"
+)
+
+// The fuzz targets' seed corpora live in testdata/fuzz/<FuzzName>/, in go's
+// corpus format, built from real records and files by TestWriteFuzzSeeds
+// (run it with BOLTINFORMER_WRITE_SEEDS=1 to regenerate them). Crashers the
+// fuzzers find land there too and then run with every `go test`.
+//
+//	go test -run XXX -fuzz FuzzDecodeRecord -fuzztime 60s ./store/
+const writeSeedsEnv = "BOLTINFORMER_WRITE_SEEDS"
+
+// fuzzBase is the cache file FuzzOpen damages: two informers, four Pods
+// with two indexes, cut to its used pages. It is checked in so that
+// corpus entries keep meaning the same damage.
+const fuzzBase = "testdata/fuzz_base.db"
+
+// decodeBudget is the most a single decode of b may allocate.
+func decodeBudget(b []byte) uint64 { return 64*uint64(len(b)) + 64<<10 }
+
+// allocated runs fn and returns the bytes it allocated (the process's, so
+// the budget has slack for the fuzzing machinery's own).
+func allocated(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// realRecords are encoded records as the codec writes them: protobuf and
+// JSON Pods, a sealed Secret, an unstructured object, and edge cases.
+func realRecords(t testing.TB) [][]byte {
+	t.Helper()
+	var out [][]byte
+	enc := func(r *store.Record) {
+		b, err := store.EncodeRecord(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	_, r := podRecord(t, 1, "123")
+	enc(r)
+	js, _ := codec.New(&corev1.Pod{}, &codec.Options{ForceJSON: true})
+	if r, err := js.Encode("ns-2/pod-000002", testobj.Pod(2, 3, 2, "5")); err == nil {
+		r.SetIndexed(map[string][]string{"namespace": {"ns-2"}, "label": {"app=a", "tier=web", "x"}})
+		enc(r)
+	}
+	sealed, _ := codec.New(&corev1.Secret{}, &codec.Options{Keyring: &codec.Keyring{Current: "k1", Keys: map[string][]byte{"k1": bytes.Repeat([]byte{7}, 32)}}})
+	s := &corev1.Secret{Data: map[string][]byte{"password": []byte("hunter2")}}
+	s.Name, s.Namespace, s.UID, s.ResourceVersion = "db", "prod", "u-1", "9"
+	if r, err := sealed.Encode("prod/db", s); err == nil {
+		enc(r)
+	}
+	un, _ := codec.New(&unstructured.Unstructured{}, nil)
+	if r, err := un.Encode("default/widget-3", testobj.Unstructured(3, "default", "77")); err == nil {
+		enc(r)
+	}
+	enc(&store.Record{Codec: store.CodecJSON})
+	enc(&store.Record{UID: "u", ResourceVersion: "1", Codec: 200, KeyID: "k", APIVersion: "v1", Kind: "Pod",
+		Indexed: []store.IndexValues{{Index: "a", Values: []string{""}}, {Index: "", Values: nil}}, Payload: []byte{}})
+	return out
+}
+
+// realStates are encoded state records.
+func realStates(t testing.TB) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for _, s := range []*store.State{
+		{},
+		{ResourceVersion: "12345", Synced: true, ClusterID: "c-1", Resource: "/v1, Resource=pods", Kind: "/v1, Kind=Pod",
+			ListOptions: "sha256:ab", Transform: "none", Indexes: []string{"namespace", "node"}, Objects: 20000,
+			Created: epoch, LastCommit: epoch.Add(time.Hour), LastSync: epoch.Add(time.Minute)},
+		{ResourceVersion: "1", Objects: -1, Created: time.Unix(0, 1)},
+		{Indexes: []string{"", "a\x00b"}, LastCommit: time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)},
+	} {
+		b, err := store.EncodeState(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+func FuzzDecodeRecord(f *testing.F) {
+	for _, b := range realRecords(f) {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var r *store.Record
+		var err error
+		if n := allocated(func() { r, err = store.DecodeRecord(b) }); n > decodeBudget(b) {
+			t.Fatalf("decoding %d bytes allocated %d", len(b), n)
+		}
+		if err != nil {
+			if r != nil || !errors.Is(err, store.ErrCorrupt) {
+				t.Fatalf("DecodeRecord: %v, %v", r, err)
+			}
+			return
+		}
+		// What decodes re-encodes to something that decodes the same.
+		b2, err := store.EncodeRecord(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2, err := store.DecodeRecord(b2)
+		if err != nil {
+			t.Fatalf("re-encoded record does not decode: %v", err)
+		}
+		if !reflect.DeepEqual(normRecord(r), normRecord(r2)) {
+			t.Fatalf("round trip differs:\n%+v\n%+v", r, r2)
+		}
+	})
+}
+
+// normRecord maps empty slices to nil (msgpack keeps the difference only
+// in some encodings).
+func normRecord(r *store.Record) *store.Record {
+	c := *r
+	if len(c.Payload) == 0 {
+		c.Payload = nil
+	}
+	if len(c.Indexed) == 0 {
+		c.Indexed = nil
+	}
+	c.Indexed = append([]store.IndexValues(nil), c.Indexed...)
+	for i := range c.Indexed {
+		if len(c.Indexed[i].Values) == 0 {
+			c.Indexed[i].Values = nil
+		}
+	}
+	return &c
+}
+
+func FuzzDecodeState(f *testing.F) {
+	for _, b := range realStates(f) {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var s *store.State
+		var err error
+		if n := allocated(func() { s, err = store.DecodeState(b) }); n > decodeBudget(b) {
+			t.Fatalf("decoding %d bytes allocated %d", len(b), n)
+		}
+		if err != nil {
+			if s != nil || !errors.Is(err, store.ErrCorrupt) {
+				t.Fatalf("DecodeState: %v, %v", s, err)
+			}
+			return
+		}
+		// Encoding is a fixed point after one round.
+		b2, err := store.EncodeState(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s2, err := store.DecodeState(b2)
+		if err != nil {
+			t.Fatalf("re-encoded state does not decode: %v", err)
+		}
+		b3, err := store.EncodeState(s2)
+		if err != nil || !bytes.Equal(b2, b3) {
+			t.Fatalf("state encoding is not stable: %x / %x (%v)", b2, b3, err)
+		}
+	})
+}
+
+// damageBase writes data over a copy of the base file at off (modulo its
+// length, growing it if data runs past the end), then cuts it to cut bytes
+// (modulo its length plus one) when cut is not zero.
+func damageBase(base []byte, off uint32, data []byte, cut uint32) []byte {
+	b := append([]byte(nil), base...)
+	if len(data) > 0 {
+		o := int(off % uint32(len(b)))
+		if end := o + len(data); end > len(b) {
+			b = append(b, make([]byte, end-len(b))...)
+		}
+		copy(b[o:], data)
+	}
+	if cut != 0 {
+		b = b[:int(cut%uint32(len(b)+1))]
+	}
+	return b
+}
+
+func FuzzOpen(f *testing.F) {
+	base, err := os.ReadFile(fuzzBase)
+	if err != nil {
+		f.Fatalf("%v (regenerate with %s=1 go test -run TestWriteFuzzSeeds)", err, writeSeedsEnv)
+	}
+	f.Add(uint32(0), []byte{}, uint32(0))
+	path := filepath.Join(f.TempDir(), "cache.db")
+	f.Fuzz(func(t *testing.T, off uint32, data []byte, cut uint32) {
+		b := damageBase(base, off, data, cut)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		openDamaged(t, path, b)
+	})
+}
+
+// openDamaged opens a damaged file read-only and read-write, reads it all,
+// checks it and writes to it: nothing may panic or hang, every error must
+// be typed, and a failed Open must leave the file as it was.
+func openDamaged(t *testing.T, path string, b []byte) {
+	t.Helper()
+	for _, ro := range []bool{true, false} {
+		db, err := store.Open(path, &store.Options{ReadOnly: ro, NoSync: true, Timeout: -1})
+		if err != nil {
+			if !typed(err) || errors.Is(err, store.ErrLocked) {
+				t.Fatalf("read-only %v: Open: untyped error %v", ro, err)
+			}
+			if got, _ := os.ReadFile(path); !bytes.Equal(got, b) {
+				t.Fatalf("read-only %v: failed Open changed the file", ro)
+			}
+			continue
+		}
+		if err := db.View(walk); err != nil && !errors.Is(err, store.ErrCorrupt) {
+			t.Fatalf("read-only %v: View: %v", ro, err)
+		}
+		probs, err := db.Check(&store.CheckOptions{MaxProblems: 20})
+		if err != nil && !errors.Is(err, store.ErrCorrupt) {
+			t.Fatalf("read-only %v: Check: %v", ro, err)
+		}
+		for _, p := range probs {
+			if !errors.Is(p, store.ErrCorrupt) {
+				t.Fatalf("read-only %v: Check problem %v", ro, p)
+			}
+		}
+		if !ro {
+			// Writes may fail on a damaged file, but not panic or hang.
+			_ = db.Commit(podBatch(t, "pods", 2, 4, "9"), &store.Batch{Informer: "new", Ops: []store.Op{{Key: "x"}}, State: &store.State{}})
+			_ = db.DeleteInformer("empty")
+			_ = db.View(walk)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatalf("read-only %v: Close: %v", ro, err)
+		}
+	}
+}
+
+// TestFuzzBase keeps the checked-in base file a valid, current cache.
+func TestFuzzBase(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "base.db")
+	b, err := os.ReadFile(fuzzBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, path, b)
+	db := openT(t, path, &store.Options{ReadOnly: true})
+	mustCheck(t, db)
+	if got := keys(t, db, "pods"); len(got) != 4 {
+		t.Fatalf("base holds %v", got)
+	}
+}
+
+// TestWriteFuzzSeeds regenerates the checked-in base file and seed corpora.
+func TestWriteFuzzSeeds(t *testing.T) {
+	if os.Getenv(writeSeedsEnv) == "" {
+		t.Skipf("set %s=1 to regenerate testdata/fuzz", writeSeedsEnv)
+	}
+	// The base: written by the store, cut to its used pages.
+	b, _, used := cacheBytes(t, 4)
+	b = b[:used]
+	if err := os.WriteFile(fuzzBase, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, rec := range realRecords(t) {
+		writeSeed(t, "FuzzDecodeRecord", fmt.Sprintf("record-%d", i), rec)
+	}
+	// Records cut short and with a length made huge.
+	rec := realRecords(t)[0]
+	writeSeed(t, "FuzzDecodeRecord", "record-cut", rec[:len(rec)/2])
+	huge := append([]byte(nil), rec...)
+	if i := bytes.IndexByte(huge, 0xc5); i > 0 { // bin16 payload header
+		huge[i] = 0xc6
+	}
+	writeSeed(t, "FuzzDecodeRecord", "record-bin32", huge)
+	for i, st := range realStates(t) {
+		writeSeed(t, "FuzzDecodeState", fmt.Sprintf("state-%d", i), st)
+	}
+	writeSeed(t, "FuzzDecodeState", "state-unknown-key", []byte("\x82\xa2rv\xa11\xa7future?\x93\x01\x02\x03"))
+
+	// FuzzOpen: damage aimed at each structure of the base file.
+	const ps = 4096
+	page := func(id int) []byte { return append([]byte(nil), b[id*ps:(id+1)*ps]...) }
+	type seed struct {
+		name string
+		off  uint32
+		data []byte
+		cut  uint32
+	}
+	seeds := []seed{
+		{"meta0-magic", 16, []byte{0, 0, 0, 0}, 0},
+		{"meta1-pgid", ps + 16 + 40, []byte{0xff, 0xff, 0, 0}, 0},
+		{"both-meta-zero", 0, make([]byte, 2*ps), 0},
+		{"meta1-over-meta0", 0, page(1), 0},
+		{"cut-half", 0, nil, uint32(len(b) / 2)},
+		{"cut-two-pages", 0, nil, 2 * ps},
+		{"cut-one-page-plus", 0, nil, ps + 100},
+		{"freelist-zero", 2 * ps, make([]byte, ps), 0},
+		{"root-zero", 3 * ps, make([]byte, 64), 0},
+	}
+	for id := 2; id < used/ps; id++ {
+		seeds = append(seeds,
+			seed{fmt.Sprintf("page-%d-id", id), uint32(id * ps), []byte{byte(id + 1)}, 0},
+			seed{fmt.Sprintf("page-%d-count", id), uint32(id*ps + 10), []byte{0xff, 0xff}, 0},
+			seed{fmt.Sprintf("page-%d-overflow", id), uint32(id*ps + 12), []byte{0xff, 0xff, 0xff, 0x7f}, 0},
+			seed{fmt.Sprintf("page-%d-elem0-pos", id), uint32(id*ps + 16 + 4), []byte{0xff, 0xff, 0x00, 0x01}, 0},
+			seed{fmt.Sprintf("page-%d-elem0-child", id), uint32(id*ps + 16 + 8), []byte{byte(id)}, 0},
+		)
+	}
+	// A real record written over the first record in the file.
+	if i := bytes.Index(b, []byte("ns-0/pod-000000")); i > 0 {
+		seeds = append(seeds, seed{"record-over-key", uint32(i), realRecords(t)[1][:200], 0})
+	}
+	for _, s := range seeds {
+		writeSeed(t, "FuzzOpen", s.name, s.off, s.data, s.cut)
+	}
+}
+
+// writeSeed writes one corpus entry in go's format ("go test fuzz v1").
+func writeSeed(t *testing.T, fuzz, name string, args ...any) {
+	t.Helper()
+	var sb strings.Builder
+	sb.WriteString("go test fuzz v1\n")
+	for _, a := range args {
+		switch a := a.(type) {
+		case []byte:
+			sb.WriteString("[]byte(" + strconv.Quote(string(a)) + ")\n")
+		case uint32:
+			fmt.Fprintf(&sb, "uint32(%d)\n", a)
+		default:
+			t.Fatalf("seed argument %T", a)
+		}
+	}
+	dir := filepath.Join("testdata", "fuzz", fuzz)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "seed-"+name), []byte(sb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
