@@ -63,10 +63,27 @@ type gate struct {
 	entered     chan struct{} // closed when the first blocked call enters
 	enteredOnce sync.Once
 	release     chan struct{}
+	releaseOnce sync.Once
 }
 
-func newGate() *gate {
-	return &gate{entered: make(chan struct{}), release: make(chan struct{})}
+// gates holds each test's gates, so that a failing test's cleanup can open
+// them before it stops the processor (which waits for blocked handlers).
+var gates sync.Map // *testing.T -> *[]*gate, only touched by the test goroutine
+
+func newGate(t *testing.T) *gate {
+	g := &gate{entered: make(chan struct{}), release: make(chan struct{})}
+	v, _ := gates.LoadOrStore(t, new([]*gate))
+	list := v.(*[]*gate)
+	*list = append(*list, g)
+	return g
+}
+
+func openGates(t *testing.T) {
+	if v, ok := gates.LoadAndDelete(t); ok {
+		for _, g := range *v.(*[]*gate) {
+			g.open()
+		}
+	}
 }
 
 // block is a recorder.before that blocks every call until release.
@@ -84,7 +101,7 @@ func (g *gate) blockOn(ev string) func(string) {
 	}
 }
 
-func (g *gate) open() { close(g.release) }
+func (g *gate) open() { g.releaseOnce.Do(func() { close(g.release) }) }
 
 func (g *gate) waitEntered(t *testing.T) {
 	t.Helper()
@@ -120,6 +137,7 @@ func run(t *testing.T, p *processor.Processor) (stop func()) {
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
+			openGates(t)
 			cancel()
 			select {
 			case <-done:

@@ -58,7 +58,14 @@ func TestHandlerPanicRecovered(t *testing.T) {
 	if got := h.len(); got != 1 {
 		t.Fatalf("handled %d notifications during the pause, want 1", got)
 	}
-	clk.Step(time.Second)
+	clk.Step(time.Second - time.Millisecond)
+	if !clk.HasWaiters() {
+		t.Fatal("pause after the panic ended before one second")
+	}
+	if got := h.len(); got != 1 {
+		t.Fatalf("handled %d notifications during the pause, want 1", got)
+	}
+	clk.Step(time.Millisecond)
 	if got, want := waitEvents(t, &h.recorder, 2), []string{"add a initial=true", "add c initial=true"}; !slices.Equal(got, want) {
 		t.Errorf("got %v, want %v", got, want)
 	}

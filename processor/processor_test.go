@@ -81,7 +81,7 @@ func TestDistributeBeforeRunIsBufferedInOrder(t *testing.T) {
 
 func TestSlowHandlerBlocksNeitherDistributeNorOthers(t *testing.T) {
 	p := processor.New(&processor.Options{InitialBufferSize: 4}) // force growth
-	g := newGate()
+	g := newGate(t)
 	slow := &recorder{before: g.block}
 	fast := &recorder{}
 	ls := p.AddListener(slow, processor.ListenerOptions{Name: "slow"})
@@ -119,7 +119,7 @@ func TestHasSynced(t *testing.T) {
 	t.Run("false until upstream synced and initial adds handled", func(t *testing.T) {
 		p := processor.New(nil)
 		up := newChecker()
-		g := newGate()
+		g := newGate(t)
 		r := &recorder{before: g.blockOn("add b initial=true")}
 		l := p.AddListener(r, processor.ListenerOptions{Synced: up})
 		run(t, p)
@@ -194,7 +194,7 @@ func TestLateListenerGetsInitialListFirst(t *testing.T) {
 	p.Distribute(processor.AddNotification{Obj: "x"}, false)
 	waitEvents(t, early, 1)
 
-	g := newGate()
+	g := newGate(t)
 	late := &recorder{before: g.blockOn("add o0 initial=true")}
 	var want []string
 	var objs []interface{}
@@ -202,7 +202,17 @@ func TestLateListenerGetsInitialListFirst(t *testing.T) {
 		objs = append(objs, fmt.Sprintf("o%d", i))
 		want = append(want, fmt.Sprintf("add o%d initial=true", i))
 	}
-	l := p.AddListener(late, processor.ListenerOptions{Synced: up, InitialList: slices.Values(objs)})
+	initial := func(yield func(interface{}) bool) {
+		// Give a sync watch started too early the time to see the synced
+		// informer and an empty tracker.
+		time.Sleep(20 * time.Millisecond)
+		for _, o := range objs {
+			if !yield(o) {
+				return
+			}
+		}
+	}
+	l := p.AddListener(late, processor.ListenerOptions{Synced: up, InitialList: initial})
 	// The informer has long been synced: only the queued initial list may
 	// keep the late listener unsynced.
 	if l.HasSynced() {
@@ -331,7 +341,7 @@ func TestDetermineResyncPeriod(t *testing.T) {
 
 func TestRemoveListenerStopsDelivery(t *testing.T) {
 	p := processor.New(nil)
-	g := newGate()
+	g := newGate(t)
 	removed := &recorder{before: g.blockOn("add 0 initial=false")}
 	kept := &recorder{}
 	l := p.AddListener(removed, processor.ListenerOptions{})
@@ -429,7 +439,7 @@ func (s informerStub) RemoveEventHandler(reg cache.ResourceEventHandlerRegistrat
 
 func TestClientGoShutDownEventHandler(t *testing.T) {
 	p := processor.New(nil)
-	g := newGate()
+	g := newGate(t)
 	r := &recorder{before: g.block}
 	l := p.AddListener(r, processor.ListenerOptions{})
 	run(t, p)
@@ -455,7 +465,7 @@ func TestClientGoShutDownEventHandler(t *testing.T) {
 
 func TestRunStopWaitsForHandlers(t *testing.T) {
 	p := processor.New(nil)
-	g := newGate()
+	g := newGate(t)
 	r := &recorder{before: g.blockOn("add 0 initial=false")}
 	l := p.AddListener(r, processor.ListenerOptions{Synced: newChecker()})
 	others := make([]*processor.Listener, 5)
