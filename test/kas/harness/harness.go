@@ -98,6 +98,9 @@ var ErrAPIServerDown = errors.New("harness: apiserver is not running")
 // and, if the test failed, the tails of both logs are logged. On error,
 // everything started is stopped again.
 func Start(tb testing.TB, opts *Options) (*Cluster, error) {
+	if tb != nil {
+		tb.Helper()
+	}
 	c := &Cluster{}
 	if opts != nil {
 		c.opts = *opts
@@ -111,7 +114,6 @@ func Start(tb testing.TB, opts *Options) (*Cluster, error) {
 	}
 	if o.Logf == nil {
 		if tb != nil {
-			tb.Helper()
 			o.Logf = tb.Logf
 		} else {
 			o.Logf = func(string, ...any) {}
@@ -313,14 +315,13 @@ func (c *Cluster) startEtcdLocked() error {
 		args = append(args, "--unsafe-no-fsync")
 	}
 	start := time.Now()
-	p, line, err := c.run(args, c.layout.EtcdLog())
+	p, line, err := c.run(args, c.layout.EtcdLog(), func(line string) bool {
+		return strings.HasPrefix(line, "http://"+loopback.Host+":")
+	})
 	if err != nil {
 		return err
 	}
 	c.etcd = p
-	if !strings.HasPrefix(line, "http://"+loopback.Host+":") {
-		return fmt.Errorf("harness: etcd printed %q, want http://%s:PORT", line, loopback.Host)
-	}
 	c.etcdURL = line
 	c.opts.Logf("harness: etcd %s ready in %s (pid %d)", line, time.Since(start).Round(time.Millisecond), p.Pid())
 	return nil
@@ -339,7 +340,9 @@ func (c *Cluster) startAPIServerLocked() error {
 		args = append(append(args, "--"), c.opts.APIServerFlags...)
 	}
 	start := time.Now()
-	p, _, err := c.run(args, c.layout.APIServerLog())
+	p, _, err := c.run(args, c.layout.APIServerLog(), func(line string) bool {
+		return line == c.layout.Kubeconfig()
+	})
 	if err != nil {
 		return err
 	}
@@ -358,9 +361,9 @@ func (c *Cluster) startAPIServerLocked() error {
 }
 
 // run starts `kas args...` with its output appended to logPath and waits for
-// the first line it prints on stdout: what the verbs print once they are
-// ready. The process is killed if that does not happen in time.
-func (c *Cluster) run(args []string, logPath string) (*child.Process, string, error) {
+// the first line on its stdout that ready accepts: what the verbs print once
+// they serve. The process is killed if that does not happen in time.
+func (c *Cluster) run(args []string, logPath string, ready func(string) bool) (*child.Process, string, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, "", fmt.Errorf("harness: %w", err)
@@ -380,16 +383,16 @@ func (c *Cluster) run(args []string, logPath string) (*child.Process, string, er
 	}
 	lines := make(chan string, 1)
 	go func() {
-		// Forward stdout to the log until the child exits; the first line
-		// is the ready signal.
+		// Forward stdout to the log until the child exits, and report the
+		// ready line.
 		defer logf.Close()
 		defer pr.Close()
 		sc := bufio.NewScanner(pr)
-		first := true
+		sent := false
 		for sc.Scan() {
-			if first {
-				lines <- strings.TrimSpace(sc.Text())
-				first = false
+			if line := strings.TrimSpace(sc.Text()); !sent && ready(line) {
+				lines <- line
+				sent = true
 			}
 			fmt.Fprintf(logf, "[stdout] %s\n", sc.Text())
 		}
