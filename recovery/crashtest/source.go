@@ -53,6 +53,8 @@ type Source struct {
 	snapshots map[string][]runtime.Object // list pagination, by continue token
 	calls     Calls
 	pageLimit int64
+	base      map[string]runtime.Object // the state at baseRV (NewSourceAt)
+	baseRV    int64
 }
 
 var (
@@ -69,6 +71,22 @@ func NewSource(newList func() runtime.Object) *Source {
 		watchers:  map[*fakeWatcher]struct{}{},
 		snapshots: map[string][]runtime.Object{},
 	}
+}
+
+// NewSourceAt returns a Source that has been running since resourceVersion
+// rv: it holds objects (their resourceVersions are kept as given) as its
+// state at rv, its history starts after rv, and a watch from before rv
+// gets 410 Expired, as if compacted there. Mutations continue from rv+1.
+func NewSourceAt(newList func() runtime.Object, rv int64, objects []runtime.Object) *Source {
+	s := NewSource(newList)
+	s.rv, s.compacted, s.baseRV = rv, rv, rv
+	s.base = make(map[string]runtime.Object, len(objects))
+	for _, o := range objects {
+		c := o.DeepCopyObject()
+		s.objects[keyOf(c)] = c
+		s.base[keyOf(c)] = c
+	}
+	return s
 }
 
 // IsWatchListSemanticsUnSupported tells client-go's Reflector to LIST (a
@@ -173,6 +191,27 @@ func (s *Source) put(obj runtime.Object, typ watch.EventType) (runtime.Object, e
 	return c, nil
 }
 
+// Apply makes the change e describes (Added: Create, Modified: Update,
+// Deleted: Delete of e.Key), checking that it gets resourceVersion e.RV:
+// it replays a History's event into the Source.
+func (s *Source) Apply(e Event) error {
+	if cur, _ := strconv.ParseInt(s.ResourceVersion(), 10, 64); cur+1 != e.RV {
+		return fmt.Errorf("crashtest: event %d applied at resourceVersion %d", e.RV, cur)
+	}
+	var err error
+	switch e.Type {
+	case watch.Added:
+		_, err = s.Create(e.Object)
+	case watch.Modified:
+		_, err = s.Update(e.Object)
+	case watch.Deleted:
+		err = s.Delete(e.Key)
+	default:
+		err = fmt.Errorf("crashtest: cannot apply a %s event", e.Type)
+	}
+	return err
+}
+
 // Delete removes the object with key (namespace/name).
 func (s *Source) Delete(key string) error {
 	s.mu.Lock()
@@ -245,11 +284,19 @@ func (s *Source) emitLocked(e Event) {
 	}
 }
 
-// StateAt returns the objects as of resourceVersion rv, by key.
+// StateAt returns the objects as of resourceVersion rv, by key. For a
+// Source made by NewSourceAt, the state before its base resourceVersion is
+// unknown: StateAt returns nil for it.
 func (s *Source) StateAt(rv int64) map[string]runtime.Object {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := map[string]runtime.Object{}
+	if rv < s.baseRV {
+		return nil
+	}
+	out := make(map[string]runtime.Object, len(s.base))
+	for k, v := range s.base {
+		out[k] = v
+	}
 	for _, e := range s.history {
 		if e.RV > rv {
 			break
