@@ -138,6 +138,11 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		return err
 	})
 	decision := recovery.Decide(saved, identity)
+	if decision.Warm && identity.ClusterID == "" {
+		// Offline, the identity could not be looked up: keep the saved one
+		// rather than erase it with the next commit.
+		identity.ClusterID = saved.ClusterID
+	}
 	if err != nil {
 		decision = recovery.Decision{Reason: recovery.ReasonCorrupt, Detail: err.Error()}
 	}
