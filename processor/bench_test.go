@@ -7,8 +7,13 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/go-logr/logr/funcr"
+
 	"github.com/boltinformer/boltinformer/processor"
 )
+
+// quiet drops log lines; the zero klog.Logger would mean the default.
+var quiet = funcr.New(func(prefix, args string) {}, funcr.Options{})
 
 type counter struct{ n atomic.Int64 }
 
@@ -21,7 +26,7 @@ func (c *counter) OnDelete(interface{})              { c.n.Add(1) }
 func BenchmarkDistribute(b *testing.B) {
 	for _, listeners := range []int{1, 10} {
 		b.Run(fmt.Sprintf("listeners=%d", listeners), func(b *testing.B) {
-			p := processor.New(nil)
+			p := processor.New(&processor.Options{Logger: quiet})
 			counters := make([]*counter, listeners)
 			for i := range counters {
 				counters[i] = &counter{}

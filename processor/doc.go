@@ -33,7 +33,8 @@
 // with an informer that never resyncs, sync distributions (for example the
 // equal-resourceVersion updates of a relist) reach every listener.
 // Removing a listener or stopping the processor drops the notifications it
-// has not started to handle; a handler call in progress is not interrupted.
+// has not taken for delivery (client-go drops them too; stopping does not
+// drain); a handler call in progress is not interrupted.
 //
 // A handler panic is handled with utilruntime.HandleCrashWithLogger, as in
 // client-go: by default (utilruntime.ReallyCrash == true) the panic is logged

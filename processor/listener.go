@@ -3,6 +3,7 @@ package processor
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -24,9 +25,14 @@ const crashPause = time.Second
 const slowHandler = 100 * time.Millisecond
 
 // Listener relays notifications to one handler: Distribute appends to its
-// buffer, and its own goroutine takes them out one at a time, in order, and
-// calls the handler. It is the registration returned by AddListener and
+// buffer, and its own goroutine takes them out, in order, and calls the
+// handler one at a time. It is the registration returned by AddListener and
 // implements cache.ResourceEventHandlerRegistration.
+//
+// The buffer is double: producers append to pending under pendingLock; the
+// run goroutine swaps the whole of pending for its drained batch in one
+// locked step and then handles the batch without the lock, so producers and
+// the handler contend once per batch, not once per notification.
 //
 // Goroutines: while its Processor runs, a listener has a run goroutine
 // (delivery) and a watchSynced goroutine (waits for the informer's sync);
@@ -42,22 +48,31 @@ type Listener struct {
 	upstream cache.DoneChecker // nil: the informer counts as synced
 	synced   *synctrack.SingleFileTracker
 
-	// pendingLock guards pending, handling, idle and removed.
-	// Lock order: after Processor.listenersLock. Never held while the
-	// handler runs.
+	// pendingLock guards pending, idle and removed, and the swap of pending
+	// with batch. Lock order: after Processor.listenersLock. Never held
+	// while the handler runs.
 	pendingLock sync.Mutex
-	// pending holds the notifications not yet taken by run, oldest first.
+	// pending holds the notifications queued and not yet moved to batch,
+	// oldest first.
 	pending buffer.Ring[Notification]
-	// handling is true while run handles a notification it took out of
-	// pending (counted by Pending).
-	handling bool
 	// idle is true while run waits on wake; whoever clears it sends the
 	// one wake-up.
 	idle bool
-	// removed is set once, by stop: nothing is queued or handled after it.
+	// removed is set once, by stop: nothing is queued after it.
 	removed bool
 	// wake carries at most one wake-up for an idle run goroutine.
 	wake chan struct{}
+
+	// batch belongs to the run goroutine: what it took out of pending in
+	// its last swap and has not handled yet, oldest first.
+	batch buffer.Ring[Notification]
+	// unhandled counts batch plus the notification being handled; run
+	// raises it under pendingLock at each swap and lowers it after each
+	// handler call. Pending reads it under pendingLock.
+	unhandled atomic.Int64
+	// stopped is set by stop, with removed; run checks it before taking
+	// each notification out of batch.
+	stopped atomic.Bool
 
 	// stopCh is closed by stop, after removed is set.
 	stopCh chan struct{}
@@ -87,6 +102,7 @@ func newListener(handler cache.ResourceEventHandler, name string, logger klog.Lo
 		upstream:      upstream,
 		synced:        synctrack.NewSingleFileTracker(fmt.Sprintf("%s + event handler %s", upstreamName, name)),
 		pending:       *buffer.NewRing[Notification](buffer.RingOptions{InitialSize: bufferSize, NormalSize: bufferSize}),
+		batch:         *buffer.NewRing[Notification](buffer.RingOptions{NormalSize: bufferSize}),
 		wake:          make(chan struct{}, 1),
 		stopCh:        make(chan struct{}),
 		finished:      make(chan struct{}),
@@ -114,11 +130,7 @@ func (l *Listener) ShutdownChan() <-chan struct{} { return l.finished }
 func (l *Listener) Pending() int {
 	l.pendingLock.Lock()
 	defer l.pendingLock.Unlock()
-	n := l.pending.Len()
-	if l.handling {
-		n++
-	}
-	return n
+	return l.pending.Len() + int(l.unhandled.Load())
 }
 
 // enqueue appends n to the buffer and wakes run if it waits. It never blocks
@@ -153,25 +165,36 @@ func (l *Listener) stop() {
 		return
 	}
 	l.removed = true
+	l.stopped.Store(true)
 	l.pending = buffer.Ring[Notification]{}
 	close(l.stopCh)
 }
 
-// next takes the oldest notification, waiting for one; ok is false once the
-// listener is removed. backlog is what remains queued behind it.
+// next takes the oldest notification, refilling batch from pending when it
+// is empty; ok is false once the listener is stopped. backlog is what
+// remains in batch behind it.
 func (l *Listener) next() (n Notification, backlog int, ok bool) {
-	l.pendingLock.Lock()
-	l.handling = false
 	for {
-		if l.removed {
-			l.pendingLock.Unlock()
+		if l.stopped.Load() {
 			return nil, 0, false
 		}
-		if n, ok := l.pending.ReadOne(); ok {
-			l.handling = true
-			backlog := l.pending.Len()
-			l.pendingLock.Unlock()
-			return n, backlog, true
+		if n, ok := l.batch.ReadOne(); ok {
+			return n, l.batch.Len(), true
+		}
+		if !l.refill() {
+			return nil, 0, false
+		}
+	}
+}
+
+// refill waits until pending holds notifications, then swaps it with the
+// drained batch. It returns false once the listener is removed.
+func (l *Listener) refill() bool {
+	l.pendingLock.Lock()
+	defer l.pendingLock.Unlock()
+	for l.pending.Len() == 0 {
+		if l.removed {
+			return false
 		}
 		l.idle = true
 		l.pendingLock.Unlock()
@@ -182,6 +205,12 @@ func (l *Listener) next() (n Notification, backlog int, ok bool) {
 		l.pendingLock.Lock()
 		l.idle = false
 	}
+	if l.removed {
+		return false
+	}
+	l.pending, l.batch = l.batch, l.pending
+	l.unhandled.Add(int64(l.batch.Len()))
+	return true
 }
 
 // run is the delivery goroutine: it hands notifications to the handler one
@@ -200,9 +229,13 @@ func (l *Listener) run() {
 		}
 		n, backlog, ok := l.next()
 		if !ok {
+			// Drop what was taken but not handled.
+			l.batch = buffer.Ring[Notification]{}
+			l.unhandled.Store(0)
 			return
 		}
 		crashed = l.handle(n, backlog)
+		l.unhandled.Add(-1)
 	}
 }
 

@@ -22,11 +22,13 @@ type Options struct {
 	// Clock drives resync bookkeeping and the pause after a recovered handler
 	// panic. Default clock.RealClock{}.
 	Clock clock.WithTicker
-	// Logger is the default logger of listeners. Default klog.Background().
+	// Logger is the default logger of listeners. The zero Logger (which is
+	// also what logr.Discard returns) means klog.Background().
 	Logger klog.Logger
 	// InitialBufferSize is the initial capacity of each listener's buffer;
 	// the buffer grows without bound and shrinks back to this size once
-	// drained. Default DefaultInitialBufferSize.
+	// drained (a listener keeps up to two of this size: one being filled,
+	// one being handled). Default DefaultInitialBufferSize.
 	InitialBufferSize int
 }
 
@@ -118,7 +120,7 @@ func New(opts *Options) *Processor {
 
 // Run starts the goroutines of every listener, and of listeners added later,
 // and blocks until ctx is done. Then it stops all listeners, dropping the
-// notifications they have not started to handle, and returns once every
+// notifications they have not taken for delivery, and returns once every
 // listener goroutine has returned, which includes waiting for handler calls
 // in progress. A Processor runs once: a second call returns at once.
 func (p *Processor) Run(ctx context.Context) {
@@ -200,10 +202,12 @@ func (p *Processor) AddListener(handler cache.ResourceEventHandler, opts Listene
 	return l
 }
 
-// RemoveListener unregisters the listener behind reg: no notification is
-// queued to it or handled by it after RemoveListener returns, except a
-// handler call already in progress, which is not waited for (wait on the
-// Listener's ShutdownChan, or use cache.ShutDownEventHandler). Removing a
+// RemoveListener unregisters the listener behind reg: nothing is queued to it
+// after RemoveListener returns, and its queued notifications are dropped,
+// except one its goroutine may already have taken for delivery; a handler
+// call in progress is not waited for (wait on the Listener's ShutdownChan, or
+// use cache.ShutDownEventHandler). client-go has the same, wider, window:
+// its listener may deliver a few more before it notices. Removing a
 // listener that is not registered here, for example one removed before,
 // returns nil. reg must be a *Listener, else ErrInvalidRegistration.
 func (p *Processor) RemoveListener(reg cache.ResourceEventHandlerRegistration) error {
