@@ -48,8 +48,8 @@ type Listener struct {
 	upstream cache.DoneChecker // nil: the informer counts as synced
 	synced   *synctrack.SingleFileTracker
 
-	// pendingLock guards pending, idle and removed, and the swap of pending
-	// with batch. Lock order: after Processor.listenersLock. Never held
+	// pendingLock guards pending and idle, the swap of pending with batch,
+	// and the setting of stopped. Lock order: after Processor.listenersLock. Never held
 	// while the handler runs.
 	pendingLock sync.Mutex
 	// pending holds the notifications queued and not yet moved to batch,
@@ -58,8 +58,6 @@ type Listener struct {
 	// idle is true while run waits on wake; whoever clears it sends the
 	// one wake-up.
 	idle bool
-	// removed is set once, by stop: nothing is queued after it.
-	removed bool
 	// wake carries at most one wake-up for an idle run goroutine.
 	wake chan struct{}
 
@@ -70,11 +68,11 @@ type Listener struct {
 	// raises it under pendingLock at each swap and lowers it after each
 	// handler call. Pending reads it under pendingLock.
 	unhandled atomic.Int64
-	// stopped is set by stop, with removed; run checks it before taking
-	// each notification out of batch.
+	// stopped is set once, by stop: nothing is queued after it, and run
+	// checks it before taking each notification out of batch.
 	stopped atomic.Bool
 
-	// stopCh is closed by stop, after removed is set.
+	// stopCh is closed by stop, after stopped is set.
 	stopCh chan struct{}
 	// finished is closed when run has returned, or by the Processor when
 	// run will never be started (ShutdownChan).
@@ -137,7 +135,7 @@ func (l *Listener) Pending() int {
 // on the handler.
 func (l *Listener) enqueue(n Notification) {
 	l.pendingLock.Lock()
-	if l.removed {
+	if l.stopped.Load() {
 		l.pendingLock.Unlock()
 		return
 	}
@@ -161,10 +159,9 @@ func (l *Listener) enqueue(n Notification) {
 func (l *Listener) stop() {
 	l.pendingLock.Lock()
 	defer l.pendingLock.Unlock()
-	if l.removed {
+	if l.stopped.Load() {
 		return
 	}
-	l.removed = true
 	l.stopped.Store(true)
 	l.pending = buffer.Ring[Notification]{}
 	close(l.stopCh)
@@ -188,12 +185,12 @@ func (l *Listener) next() (n Notification, backlog int, ok bool) {
 }
 
 // refill waits until pending holds notifications, then swaps it with the
-// drained batch. It returns false once the listener is removed.
+// drained batch. It returns false once the listener is stopped.
 func (l *Listener) refill() bool {
 	l.pendingLock.Lock()
 	defer l.pendingLock.Unlock()
 	for l.pending.Len() == 0 {
-		if l.removed {
+		if l.stopped.Load() {
 			return false
 		}
 		l.idle = true
@@ -205,7 +202,7 @@ func (l *Listener) refill() bool {
 		l.pendingLock.Lock()
 		l.idle = false
 	}
-	if l.removed {
+	if l.stopped.Load() {
 		return false
 	}
 	l.pending, l.batch = l.batch, l.pending
