@@ -1,0 +1,197 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	"github.com/boltinformer/boltinformer/internal/codec"
+	"github.com/boltinformer/boltinformer/store"
+)
+
+func (a *app) newCheckCommand() *cobra.Command {
+	var p *printFlags
+	var maxProblems int
+	cmd := &cobra.Command{
+		Use:   "check FILE",
+		Short: "Verify the file: bbolt pages, records, indexes, counts and payloads",
+		Long: `check verifies the whole file: bbolt's page consistency check; every state
+record and object record decodes and its checksum matches; every index entry
+points to an object with that value and every object's values have entries;
+each state's object count is right (store.DB.Check); and every payload
+decodes, with its uid and resourceVersion equal to its envelope's. Encrypted
+payloads are decrypted with --key-file, or left out (their checksum is still
+verified). It exits with status 2 when it finds a problem, and prints them.`,
+		Example: `  inspect check cache.db
+  inspect check cache.db --key-file /etc/agent/keys -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := p.validate(); err != nil {
+				return err
+			}
+			keyring, err := readKeyFile(a.keyFile)
+			if err != nil {
+				return err
+			}
+			return a.check(cmd, args[0], keyring, maxProblems, p)
+		},
+	}
+	p = addPrintFlags(cmd, formatTable, formatJSON, formatYAML)
+	cmd.Flags().IntVar(&maxProblems, "max-problems", 1000, "stop after this many problems")
+	return cmd
+}
+
+type checkReport struct {
+	File      string          `json:"file"`
+	OK        bool            `json:"ok"`
+	Informers []checkInformer `json:"informers"`
+	Problems  []checkProblem  `json:"problems"`
+}
+
+type checkInformer struct {
+	Name    string `json:"name"`
+	Objects int    `json:"objects"`
+	Indexes int    `json:"indexes"`
+	// Decoded payloads; Envelopes are of types this inspect does not
+	// know; Encrypted were not decrypted (no --key-file).
+	Decoded   int `json:"decoded"`
+	Envelopes int `json:"envelopes"`
+	Encrypted int `json:"encrypted"`
+	Problems  int `json:"problems"`
+}
+
+type checkProblem struct {
+	Informer string `json:"informer,omitempty"`
+	Message  string `json:"message"`
+}
+
+func (a *app) check(cmd *cobra.Command, path string, keyring *codec.Keyring, maxProblems int, p *printFlags) error {
+	rep := &checkReport{File: path, Informers: []checkInformer{}, Problems: []checkProblem{}}
+	db, err := a.open(path)
+	if err != nil {
+		if !errors.Is(err, store.ErrCorrupt) {
+			return err
+		}
+		rep.Problems = append(rep.Problems, checkProblem{Message: err.Error()})
+		return a.printCheck(cmd, rep, p)
+	}
+	defer db.Close()
+	if maxProblems <= 0 {
+		maxProblems = 1000
+	}
+	probs, err := db.Check(&store.CheckOptions{MaxProblems: maxProblems})
+	for _, pr := range probs {
+		rep.Problems = append(rep.Problems, checkProblem{Informer: pr.Informer, Message: pr.Err.Error()})
+	}
+	if err != nil {
+		rep.Problems = append(rep.Problems, checkProblem{Message: err.Error()})
+		return a.printCheck(cmd, rep, p)
+	}
+	err = db.View(func(tx *store.Tx) error {
+		for _, inf := range tx.Informers() {
+			if len(rep.Problems) >= maxProblems {
+				break
+			}
+			rep.Informers = append(rep.Informers, checkPayloads(tx, inf, keyring, rep, maxProblems))
+		}
+		return nil
+	})
+	if err != nil {
+		rep.Problems = append(rep.Problems, checkProblem{Message: err.Error()})
+	}
+	for i := range rep.Informers {
+		for _, pr := range rep.Problems {
+			if pr.Informer == rep.Informers[i].Name {
+				rep.Informers[i].Problems++
+			}
+		}
+	}
+	return a.printCheck(cmd, rep, p)
+}
+
+// checkPayloads decodes every payload of inf, adding problems to rep.
+func checkPayloads(tx *store.Tx, inf string, keyring *codec.Keyring, rep *checkReport, maxProblems int) checkInformer {
+	ci := checkInformer{Name: inf, Indexes: len(tx.Indexes(inf))}
+	problem := func(format string, args ...any) {
+		rep.Problems = append(rep.Problems, checkProblem{Informer: inf, Message: fmt.Sprintf(format, args...)})
+	}
+	st, _ := tx.State(inf) // a damaged state is one of db.Check's problems
+	d := newDecoder(inf, st, keyring)
+	_ = tx.ForEachRaw(inf, func(key string, raw []byte) error {
+		ci.Objects++
+		r, err := store.DecodeRecord(raw)
+		if err != nil {
+			return nil // one of db.Check's problems
+		}
+		o, err := d.decode(key, r)
+		switch {
+		case errors.Is(err, codec.ErrEncrypted):
+			ci.Encrypted++
+		case err != nil:
+			problem("%s", strings.TrimPrefix(err.Error(), fmt.Sprintf("informer %q: ", inf)))
+		case o.failed:
+			problem("object %q: payload does not decode: %s", key, o.reason)
+		case o.obj == nil:
+			ci.Envelopes++
+		default:
+			ci.Decoded++
+			if m, err := meta.Accessor(o.obj); err == nil && (string(m.GetUID()) != r.UID || m.GetResourceVersion() != r.ResourceVersion) {
+				problem("object %q: payload has uid %q resourceVersion %q, envelope uid %q resourceVersion %q",
+					key, m.GetUID(), m.GetResourceVersion(), r.UID, r.ResourceVersion)
+			}
+		}
+		if len(rep.Problems) >= maxProblems {
+			return errors.New("stop")
+		}
+		return nil
+	})
+	return ci
+}
+
+func (a *app) printCheck(cmd *cobra.Command, rep *checkReport, p *printFlags) error {
+	rep.OK = len(rep.Problems) == 0
+	out := cmd.OutOrStdout()
+	if p.table() {
+		t := &table{headers: []string{"INFORMER", "OBJECTS", "INDEXES", "DECODED", "PROBLEMS", "NOTES"}}
+		objects := 0
+		for _, ci := range rep.Informers {
+			objects += ci.Objects
+			var notes []string
+			if ci.Encrypted > 0 {
+				notes = append(notes, fmt.Sprintf("%d encrypted, not decoded (no --key-file)", ci.Encrypted))
+			}
+			if ci.Envelopes > 0 {
+				notes = append(notes, fmt.Sprintf("%d of an unknown type, not decoded", ci.Envelopes))
+			}
+			if len(notes) == 0 {
+				notes = []string{"-"}
+			}
+			t.add(ci.Name, strconv.Itoa(ci.Objects), strconv.Itoa(ci.Indexes), strconv.Itoa(ci.Decoded), strconv.Itoa(ci.Problems), strings.Join(notes, "; "))
+		}
+		if len(rep.Informers) > 0 {
+			if err := t.print(out, p.noHeaders); err != nil {
+				return err
+			}
+		}
+		for _, pr := range rep.Problems {
+			if pr.Informer != "" {
+				fmt.Fprintf(out, "problem: informer %q: %s\n", pr.Informer, pr.Message)
+			} else {
+				fmt.Fprintf(out, "problem: %s\n", pr.Message)
+			}
+		}
+		if rep.OK {
+			fmt.Fprintf(out, "ok: %d informer(s), %d object(s), no problems\n", len(rep.Informers), objects)
+		}
+	} else if err := writeValue(out, p.output, rep); err != nil {
+		return err
+	}
+	if !rep.OK {
+		return &exitError{code: exitCorrupt, msg: fmt.Sprintf("check found %d problem(s) in %s", len(rep.Problems), rep.File)}
+	}
+	return nil
+}

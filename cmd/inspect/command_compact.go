@@ -1,0 +1,101 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"github.com/spf13/cobra"
+	bolt "go.etcd.io/bbolt"
+)
+
+func (a *app) newCompactCommand() *cobra.Command {
+	var txMaxSize int64
+	cmd := &cobra.Command{
+		Use:   "compact FILE OUT",
+		Short: "Write a compacted copy of the file to OUT",
+		Long: `compact copies every bucket and key of FILE into a new file OUT (bbolt's
+Compact), which leaves out the free pages: the copy can be much smaller.
+FILE is not changed; OUT must not exist. The copy is checked (inspect check's
+store part) before compact reports success. To use it, stop the agent and
+move OUT over FILE.`,
+		Example: `  inspect compact /var/lib/agent/cache.db /var/lib/agent/cache.compact.db`,
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.compact(cmd, args[0], args[1], txMaxSize)
+		},
+	}
+	cmd.Flags().Int64Var(&txMaxSize, "tx-max-size", 64<<20, "commit the copy every this many bytes")
+	return cmd
+}
+
+func (a *app) compact(cmd *cobra.Command, path, out string, txMaxSize int64) (err error) {
+	if same, err := sameFile(path, out); err == nil && same {
+		return fmt.Errorf("compact: OUT %s is FILE: compact never works in place", out)
+	}
+	if _, err := os.Lstat(out); err == nil {
+		return fmt.Errorf("compact: %s exists: give a new file", out)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("compact: %w", err)
+	}
+	db, err := a.open(path)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	created := false
+	defer func() {
+		if err != nil && created {
+			_ = os.Remove(out)
+		}
+	}()
+	err = db.Bolt(func(src *bolt.DB) error {
+		dst, err := bolt.Open(out, 0o600, &bolt.Options{
+			Timeout: a.timeout,
+			OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
+				f, err := os.OpenFile(name, flag|os.O_EXCL, mode) // never an existing file
+				created = created || err == nil
+				return f, err
+			},
+		})
+		if err != nil {
+			return err
+		}
+		if err := bolt.Compact(dst, src, txMaxSize); err != nil {
+			_ = dst.Close()
+			return err
+		}
+		return dst.Close()
+	})
+	if err != nil {
+		return fmt.Errorf("compact %s to %s: %w", path, out, err)
+	}
+	// Prove the copy before anyone swaps it in.
+	cp, err := a.open(out)
+	if err != nil {
+		return fmt.Errorf("compact: the copy does not open: %w", err)
+	}
+	probs, err := cp.Check(nil)
+	_ = cp.Close()
+	if err == nil && len(probs) > 0 {
+		err = probs[0]
+	}
+	if err != nil {
+		return fmt.Errorf("compact: the copy does not check: %w", err)
+	}
+	before, err := db.Size()
+	if err != nil {
+		return err
+	}
+	fi, err := os.Stat(out)
+	if err != nil {
+		return err
+	}
+	gain := 0.0
+	if fi.Size() > 0 {
+		gain = float64(before) / float64(fi.Size())
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "compacted %s (%s) to %s (%s, %.0f%% of the original)\n", path, formatBytes(before), out, formatBytes(fi.Size()), 100/gain)
+	return nil
+}

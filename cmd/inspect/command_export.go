@@ -1,0 +1,244 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/boltinformer/boltinformer/internal/codec"
+	"github.com/boltinformer/boltinformer/store"
+)
+
+type exportOptions struct {
+	outputFile string
+	progress   string
+}
+
+func (a *app) newExportCommand() *cobra.Command {
+	var o exportOptions
+	var p *printFlags
+	cmd := &cobra.Command{
+		Use:   "export FILE [INFORMER]",
+		Short: "Write the cached objects as a kubectl-style List",
+		Long: `export writes the objects of one informer, or of all of them, as a List
+(apiVersion: v1, kind: List, items: ...) in JSON or YAML, or as JSON lines
+(one object per line, no List), to stdout or to --output-file. Objects carry
+their apiVersion and kind, so the output can be read by kubectl (e.g.
+kubectl apply --dry-run=client -f). A progress bar goes to stderr when it is
+a terminal (--progress=auto) or always (--progress=always).`,
+		Example: `  inspect export cache.db -o yaml > cache.yaml
+  inspect export cache.db v1/pods -o jsonl --output-file pods.jsonl`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := p.validate(); err != nil {
+				return err
+			}
+			switch o.progress {
+			case "auto", "always", "never":
+			default:
+				return fmt.Errorf("--progress %q: want auto, always or never", o.progress)
+			}
+			keyring, err := readKeyFile(a.keyFile)
+			if err != nil {
+				return err
+			}
+			informer := ""
+			if len(args) == 2 {
+				informer = args[1]
+			}
+			return a.export(cmd, args[0], informer, &o, keyring, p)
+		},
+	}
+	p = addPrintFlags(cmd, formatJSON, formatYAML, formatJSONL)
+	cmd.Flags().StringVar(&o.outputFile, "output-file", "", "write to this file instead of stdout")
+	cmd.Flags().StringVar(&o.progress, "progress", "auto", "progress bar on stderr: auto (when a terminal), always, never")
+	return cmd
+}
+
+func (a *app) export(cmd *cobra.Command, path, informer string, o *exportOptions, keyring *codec.Keyring, p *printFlags) (err error) {
+	db, err := a.open(path)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	out := cmd.OutOrStdout()
+	if o.outputFile != "" {
+		f, cerr := createOutput(path, o.outputFile)
+		if cerr != nil {
+			return cerr
+		}
+		defer func() {
+			if cerr := f.Close(); err == nil && cerr != nil {
+				err = cerr
+			}
+			if err == nil {
+				err = os.Rename(f.Name(), o.outputFile)
+			}
+			if err != nil {
+				_ = os.Remove(f.Name()) // no partial export that looks complete
+			}
+		}()
+		out = f
+	}
+	return db.View(func(tx *store.Tx) error {
+		infs := tx.Informers()
+		rv := ""
+		if informer != "" {
+			inf, err := resolveInformer(tx, informer)
+			if err != nil {
+				return err
+			}
+			infs = []string{inf}
+			if st, _ := tx.State(inf); st != nil {
+				rv = st.ResourceVersion // a List of one informer is as of its resourceVersion
+			}
+		}
+		var total int64
+		decoders := map[string]*decoder{}
+		for _, inf := range infs {
+			st := informerState(cmd, tx, inf)
+			if st != nil {
+				total += st.Objects
+			}
+			decoders[inf] = newDecoder(inf, st, keyring)
+			if err := keysWork(tx, inf, decoders[inf]); err != nil {
+				return err
+			}
+		}
+		bar := newProgress(cmd.ErrOrStderr(), o.progress, total, a.now)
+		lw := newListWriter(out, p.output, rv)
+		var envelopes, failed int
+		for _, inf := range infs {
+			err := scanObjects(tx, inf, nil, decoders[inf], func(string) bool { return true }, func(obj *object) error {
+				switch {
+				case obj.failed:
+					failed++
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: informer %q object %q: payload does not decode: %s\n", inf, obj.key, obj.reason)
+				case obj.obj == nil:
+					envelopes++
+				}
+				bar.add(1)
+				return lw.add(obj)
+			})
+			if err != nil {
+				bar.done()
+				return err
+			}
+		}
+		bar.done()
+		if err := lw.close(); err != nil {
+			return err
+		}
+		if envelopes > 0 {
+			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %d object(s) exported as envelopes (kind %s): their type is not one this inspect knows\n", envelopes, envelopeKind)
+		}
+		if failed > 0 {
+			return &exitError{code: exitCorrupt, msg: fmt.Sprintf("%d object(s) have payloads that do not decode; run inspect check %s", failed, path)}
+		}
+		return nil
+	})
+}
+
+// createOutput creates a temporary file next to the --output-file, which
+// replaces it once the export is complete. It refuses the cache file.
+func createOutput(cache, out string) (*os.File, error) {
+	if same, err := sameFile(cache, out); err != nil || same {
+		if err == nil {
+			err = errors.New("it is the cache file")
+		}
+		return nil, fmt.Errorf("--output-file %s: %w", out, err)
+	}
+	f, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".tmp-*")
+	if err != nil {
+		return nil, fmt.Errorf("--output-file: %w", err)
+	}
+	return f, nil
+}
+
+// sameFile reports whether a and b name the same file (b may not exist).
+func sameFile(a, b string) (bool, error) {
+	aa, err1 := filepath.Abs(a)
+	bb, err2 := filepath.Abs(b)
+	if err := errors.Join(err1, err2); err != nil {
+		return false, err
+	}
+	if aa == bb {
+		return true, nil
+	}
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false, err
+	}
+	fb, err := os.Stat(b)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(fa, fb), nil
+}
+
+// progress is a progress bar on a terminal, redrawn at most every 100ms.
+type progress struct {
+	w     io.Writer
+	on    bool
+	total int64
+	n     int64
+	now   func() time.Time
+	last  time.Time
+}
+
+func newProgress(w io.Writer, mode string, total int64, now func() time.Time) *progress {
+	on := mode == "always"
+	if mode == "auto" {
+		f, ok := w.(*os.File)
+		on = ok && term.IsTerminal(int(f.Fd()))
+	}
+	return &progress{w: w, on: on, total: total, now: now}
+}
+
+func (p *progress) add(n int64) {
+	p.n += n
+	if !p.on {
+		return
+	}
+	if t := p.now(); p.n == 1 || t.Sub(p.last) >= 100*time.Millisecond {
+		p.last = t
+		p.draw()
+	}
+}
+
+func (p *progress) draw() {
+	const width = 30
+	if p.total <= 0 || p.n > p.total {
+		fmt.Fprintf(p.w, "\rexport: %d objects", p.n)
+		return
+	}
+	fill := int(int64(width) * p.n / p.total)
+	bar := make([]byte, width)
+	for i := range bar {
+		switch {
+		case i < fill:
+			bar[i] = '='
+		case i == fill:
+			bar[i] = '>'
+		default:
+			bar[i] = ' '
+		}
+	}
+	fmt.Fprintf(p.w, "\rexport: [%s] %d/%d objects (%d%%)", bar, p.n, p.total, 100*p.n/p.total)
+}
+
+func (p *progress) done() {
+	if p.on {
+		p.draw()
+		fmt.Fprintln(p.w)
+	}
+}

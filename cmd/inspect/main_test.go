@@ -1,0 +1,162 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/boltinformer/boltinformer/store"
+)
+
+// holdLockEnv makes the test binary a lock holder (see holdLock).
+const holdLockEnv = "INSPECT_TEST_HOLD_LOCK"
+
+func TestMain(m *testing.M) {
+	if path := os.Getenv(holdLockEnv); path != "" {
+		os.Exit(holdLock(path))
+	}
+	dir, err := os.MkdirTemp("", "inspect-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fixtureDir = dir
+	code := func() int {
+		defer os.RemoveAll(dir)
+		return m.Run()
+	}()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// holdLock opens path for writing, as a running agent does, says
+// "locked" on stdout and holds the file until stdin closes.
+func holdLock(path string) int {
+	db, err := store.Open(path, &store.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("locked")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	if err := db.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// lockFile holds path's write lock in another process until the test ends.
+func lockFile(t *testing.T, path string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), holdLockEnv+"="+path)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("lock holder: %v: %s", err, stderr.String())
+		}
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "locked\n" {
+		t.Fatalf("lock holder said %q (%v): %s", line, err, stderr.String())
+	}
+}
+
+func TestLocked(t *testing.T) {
+	path := copyFixture(t)
+	lockFile(t, path)
+	for _, args := range [][]string{
+		{"ls", path},
+		{"check", path},
+		{"get", path, "v1/pods", "ns-0/pod-000000"},
+		{"stats", path},
+	} {
+		start := time.Now()
+		stdout, stderr, code := run(t, append(args, "--timeout", "200ms")...)
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("%v: took %s with --timeout 200ms", args, took)
+		}
+		if code != exitLocked || stdout != "" {
+			t.Errorf("%v: exit %d, stdout %q", args, code, stdout)
+		}
+		want := fmt.Sprintf("inspect: %s is locked by another process (a running agent?): no shared lock within 200ms; stop the agent or retry with a longer --timeout\n", path)
+		if stderr != want {
+			t.Errorf("%v: stderr\n%q\nwant\n%q", args, stderr, want)
+		}
+	}
+	// --timeout 0 tries once.
+	if _, _, code := run(t, "ls", path, "--timeout", "0"); code != exitLocked {
+		t.Errorf("--timeout 0: exit %d", code)
+	}
+}
+
+func TestReadOnly(t *testing.T) {
+	path := fixture(t)
+	before := fileState(t, path)
+	out := filepath.Join(t.TempDir(), "compact.db")
+	for _, args := range [][]string{
+		{"ls", path, "-o", "wide"},
+		{"get", path, "v1/pods", "ns-0/pod-000000", "-o", "yaml"},
+		{"list", path, "v1/pods", "-l", "tier=web"},
+		{"index", path, "v1/pods", "namespace"},
+		{"check", path, "--key-file", keyFile(t, testKey)},
+		{"export", path, "--key-file", keyFile(t, testKey)},
+		{"stats", path},
+		{"compact", path, out},
+	} {
+		if _, stderr, code := run(t, args...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+		if after := fileState(t, path); after != before {
+			t.Fatalf("%v changed the file: %s -> %s", args, before, after)
+		}
+	}
+}
+
+func TestUsage(t *testing.T) {
+	path := fixture(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ls"}, "inspect: accepts 1 arg(s), received 0\n"},
+		{[]string{"ls", path, "-o", "xml"}, "inspect: unknown output format \"xml\" (want one of wide, name, json, yaml)\n"},
+		{[]string{"ls", filepath.Join(fixtureDir, "missing.db")}, "inspect: $DIR/missing.db: no such file\n"},
+		{[]string{"nope"}, "inspect: unknown command \"nope\" for \"inspect\"\n"},
+	} {
+		stdout, stderr, code := run(t, tc.args...)
+		if code != exitFailure || stdout != "" || normalize(stderr) != tc.want {
+			t.Errorf("%v: exit %d stdout %q stderr %q, want %q", tc.args, code, stdout, stderr, tc.want)
+		}
+	}
+	if stdout, _, code := run(t, "--help"); code != 0 || !strings.Contains(stdout, "compact") {
+		t.Errorf("--help: exit %d: %s", code, stdout)
+	}
+}
