@@ -52,8 +52,9 @@ type Options struct {
 	// {"secrets#0"} to serve secrets straight from etcd. A resource without
 	// a watch cache gets no periodic bookmarks.
 	WatchCacheSizes []string
-	// APIServerFlags are appended to kube-apiserver's flags (they win over
-	// the harness's own).
+	// APIServerFlags are appended to kube-apiserver's flags: a scalar flag
+	// given here overrides the harness's value, a list flag (e.g.
+	// --disable-admission-plugins) adds to it.
 	APIServerFlags []string
 	// EtcdUnsafeNoFsync turns fsync off in etcd: faster writes, for
 	// benchmarks that do not measure etcd.
@@ -279,6 +280,7 @@ func (c *Cluster) stopLocked() error {
 		return nil
 	}
 	c.stopped = true
+	start := time.Now()
 	err := c.stopAPIServerLocked(false)
 	if c.etcd != nil {
 		if serr := c.etcd.Stop(c.opts.StopTimeout); serr != nil {
@@ -286,6 +288,7 @@ func (c *Cluster) stopLocked() error {
 		}
 		c.etcd = nil
 	}
+	c.opts.Logf("harness: cluster stopped in %s", time.Since(start).Round(time.Millisecond))
 	if c.tempDir {
 		err = errors.Join(err, os.RemoveAll(c.layout.Dir))
 	}

@@ -3,6 +3,7 @@ package harness_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -308,6 +309,28 @@ func TestClusterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	host := c1.RESTConfig().Host
+
+	// A crashed apiserver comes back on the same etcd.
+	killed := c1.APIServerPID()
+	if err := c1.KillAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if processAlive(killed) || c1.APIServerPID() != 0 {
+		t.Fatalf("apiserver %d alive after KillAPIServer", killed)
+	}
+	if _, err := c1.RequestCount(ctx, "GET", "configmaps"); err != harness.ErrAPIServerDown {
+		t.Fatalf("RequestCount with the apiserver down: %v, want ErrAPIServerDown", err)
+	}
+	if err := c1.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c1.StartAPIServer(); err == nil {
+		t.Fatal("StartAPIServer succeeded with the apiserver running")
+	}
+	if got, err := cs1.CoreV1().ConfigMaps(ns).Get(ctx, "survivor", metav1.GetOptions{}); err != nil || got.ResourceVersion != cm.ResourceVersion {
+		t.Fatalf("after a crash: %v, %v", got, err)
+	}
+
 	etcdPID, apiPID := c1.EtcdPID(), c1.APIServerPID()
 	if err := c1.Stop(); err != nil {
 		t.Fatal(err)
@@ -336,5 +359,38 @@ func TestClusterRestart(t *testing.T) {
 	}
 	if got.ResourceVersion != cm.ResourceVersion {
 		t.Fatalf("rv %s after cluster restart, want %s", got.ResourceVersion, cm.ResourceVersion)
+	}
+}
+
+// TestStartWithoutTB is the TestMain use: no testing.TB, so the caller stops
+// the cluster, and the temporary directory goes with it.
+func TestStartWithoutTB(t *testing.T) {
+	c, err := harness.Start(nil, &harness.Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := c.Dir()
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = c.Stop()
+		}
+	}()
+	cs, err := c.Clientset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Get(t.Context(), "default", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stopped = true
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Stop(); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("%s left after Stop: %v", dir, err)
 	}
 }
