@@ -67,7 +67,6 @@ type Options struct {
 
 // item is what memory holds per key. Guarded by Indexer.mu.
 type item struct {
-	obj      any // Full mode: the decoded object; Bounded: nil
 	rv, uid  string
 	vals     [][]string // index values, aligned with indexSet.names
 	valNames []string   // the names vals is aligned with
@@ -109,8 +108,12 @@ type Indexer struct {
 
 	// mu guards the fields below. Lock order: store.Committer's commitMu
 	// before mu (the committer calls Pending and Committed).
-	mu         sync.RWMutex
-	items      map[string]*item
+	mu    sync.RWMutex
+	items map[string]*item
+	// objs holds the decoded objects by key in Full mode (nil in Bounded):
+	// a map of its own, like client-go's items, so that a Get is one map
+	// lookup and not a second, cache-missing pointer chase to an item.
+	objs       map[string]any
 	idx        *indexSet
 	rv         string // of the last applied mutation
 	synced     bool
@@ -156,6 +159,9 @@ func Open(db *store.DB, name string, indexers cache.Indexers, opts *Options) (*I
 	}
 	if x.keyFunc == nil {
 		x.keyFunc = cache.DeletionHandlingMetaNamespaceKeyFunc
+	}
+	if !x.bounded {
+		x.objs = map[string]any{}
 	}
 	x.logger = klog.Background()
 	if opts.Logger != nil {
@@ -247,7 +253,7 @@ func (x *Indexer) putLocked(key string, obj any) error {
 	it.vals, it.valNames = vals, x.idx.names
 	it.rv, it.uid, _ = objectRV(obj)
 	if !x.bounded {
-		it.obj = obj
+		x.objs[key] = obj
 	} else {
 		x.lru.Remove(key)
 	}
@@ -262,6 +268,7 @@ func (x *Indexer) deleteLocked(key string) {
 	}
 	x.idx.update(key, it.vals, nil)
 	delete(x.items, key)
+	delete(x.objs, key)
 	if x.bounded {
 		x.lru.Remove(key)
 	}
@@ -384,7 +391,7 @@ func (x *Indexer) Replace(list []any, resourceVersion string) error {
 				x.idx.update(key, it.vals, vals)
 				it.vals, it.valNames = vals, x.idx.names
 				if !x.bounded {
-					it.obj = obj
+					x.objs[key] = obj
 				}
 				continue
 			}
@@ -483,12 +490,12 @@ func (x *Indexer) Get(obj any) (any, bool, error) {
 func (x *Indexer) GetByKey(key string) (any, bool, error) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	it := x.items[key]
-	if it == nil {
-		return nil, false, nil
-	}
 	if !x.bounded {
-		return it.obj, true, nil
+		obj, ok := x.objs[key]
+		return obj, ok, nil
+	}
+	if x.items[key] == nil {
+		return nil, false, nil
 	}
 	obj, err := x.fetchLocked(key)
 	if err != nil {
@@ -503,8 +510,8 @@ func (x *Indexer) List() []any {
 	defer x.mu.RUnlock()
 	out := make([]any, 0, len(x.items))
 	if !x.bounded {
-		for _, it := range x.items {
-			out = append(out, it.obj)
+		for _, obj := range x.objs {
+			out = append(out, obj)
 		}
 		return out
 	}
@@ -567,7 +574,7 @@ func (x *Indexer) objectsLocked(keys sets.Set[string]) []any {
 	out := make([]any, 0, keys.Len())
 	if !x.bounded {
 		for k := range keys {
-			out = append(out, x.items[k].obj)
+			out = append(out, x.objs[k])
 		}
 		return out
 	}
@@ -669,7 +676,7 @@ func (x *Indexer) reindexLocked(idx *indexSet) error {
 		if x.bounded {
 			obj = objs[i]
 		} else {
-			obj = x.items[k].obj
+			obj = x.objs[k]
 		}
 		v, err := idx.compute(k, obj)
 		if err != nil {

@@ -71,7 +71,7 @@ func (x *Indexer) load() error {
 		}
 		it := &item{rv: r.rec.ResourceVersion, uid: r.rec.UID, vals: x.idx.fromRecord(r.rec), valNames: x.idx.names}
 		if !x.bounded {
-			it.obj = r.obj
+			x.objs[r.key] = r.obj
 		}
 		x.items[r.key] = it
 		x.idx.update(r.key, nil, it.vals)
