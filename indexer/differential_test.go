@@ -230,7 +230,7 @@ func differentialOps(t *testing.T) int {
 	if raceEnabled || testing.Short() {
 		return 600
 	}
-	return 3000
+	return 2500
 }
 
 // TestDifferentialRandom applies random histories to client-go's indexer
