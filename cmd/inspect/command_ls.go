@@ -81,7 +81,7 @@ func (a *app) ls(cmd *cobra.Command, path string, p *printFlags) error {
 			info := describeInformer(tx, name)
 			if info.StateError != "" {
 				damaged++
-				fmt.Fprintf(cmd.ErrOrStderr(), "warning: informer %q: %s\n", name, info.StateError)
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", info.StateError)
 			}
 			fi.Informers = append(fi.Informers, info)
 		}

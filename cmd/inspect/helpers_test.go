@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -258,4 +259,84 @@ func fileState(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return fmt.Sprintf("%x/%d/%s", sha256.Sum256(data), fi.Size(), fi.ModTime())
+}
+
+// damage changes a copy of the fixture with bbolt directly, bypassing the
+// store (which would refuse), and returns its path.
+func damage(t *testing.T, fn func(tx *bolt.Tx) error) string {
+	t.Helper()
+	path := copyFixture(t)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(fn); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// informerBolt is an informer's bucket, or one nested in it.
+func informerBolt(tx *bolt.Tx, inf string, nested ...string) *bolt.Bucket {
+	b := tx.Bucket([]byte("informers")).Bucket([]byte(inf))
+	for _, n := range nested {
+		b = b.Bucket([]byte(n))
+	}
+	return b
+}
+
+// withGarbageRecord has a record that is not a record in v1/pods.
+func withGarbageRecord(t *testing.T) string {
+	return damage(t, func(tx *bolt.Tx) error {
+		return informerBolt(tx, "v1/pods", "objects").Put([]byte("ns-0/garbage"), []byte("garbage"))
+	})
+}
+
+// withGarbagePayload has a sound record in v1/pods whose payload is not a
+// Pod (its checksum matches: only decoding finds it).
+func withGarbagePayload(t *testing.T) string {
+	raw, err := store.EncodeRecord(&store.Record{UID: "u", ResourceVersion: "1", Codec: store.CodecProtobuf, Payload: []byte{0x0a, 0xff, 0xff}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return damage(t, func(tx *bolt.Tx) error {
+		return informerBolt(tx, "v1/pods", "objects").Put([]byte("ns-0/bad-payload"), raw)
+	})
+}
+
+// truncated is a copy of the fixture cut to size bytes.
+func truncated(t *testing.T, size int64) string {
+	t.Helper()
+	path := copyFixture(t)
+	if err := os.Truncate(path, size); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// emptyFile is a cache file without informers.
+func emptyFile(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "empty.db")
+	db, err := store.Open(path, &store.Options{Clock: clocktesting.NewFakePassiveClock(fileTime), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// otherKeyFile has one key, of another id than the fixture's.
+func otherKeyFile(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "other-keys")
+	if err := os.WriteFile(path, []byte("k2:"+base64.StdEncoding.EncodeToString(testKey)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
