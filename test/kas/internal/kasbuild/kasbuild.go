@@ -2,8 +2,8 @@
 //
 // The binary is cached under <cache>/boltinformer/kas-<hash>/kas, where
 // <cache> is $KAS_CACHE_DIR, else ${XDG_CACHE_HOME:-$HOME/.cache}, and <hash>
-// covers go.mod, go.sum, every non-test .go file of cmd/kas and internal/, the
-// Go version and the link flags. A build holds a file lock, so concurrent test
+// covers go.mod, go.sum, every non-test .go file of cmd/kas and internal/
+// (but internal/kasbuild), the Go version and the link flags. A build holds a file lock, so concurrent test
 // binaries and build.sh wait for one build instead of racing. $KAS_BINARY, if
 // set, names a prebuilt binary and skips all of this.
 package kasbuild
@@ -109,6 +109,9 @@ func Build(ctx context.Context, opts Options) (Result, error) {
 	if fileExists(bin) { // built by another process while we waited
 		return Result{Binary: bin, Duration: time.Since(start)}, nil
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil { // in case prune took it meanwhile
+		return Result{}, fmt.Errorf("kasbuild: %w", err)
+	}
 	logf("kasbuild: building kas (cold: minutes, ~3 GB RAM) into %s", dir)
 	tmp := filepath.Join(dir, fmt.Sprintf(".kas.tmp%d", os.Getpid()))
 	defer os.Remove(tmp)
@@ -132,7 +135,42 @@ func Build(ctx context.Context, opts Options) (Result, error) {
 	info := fmt.Sprintf("built %s in %s with %s\n", time.Now().UTC().Format(time.RFC3339), d.Round(time.Second), runtime.Version())
 	_ = os.WriteFile(filepath.Join(dir, "build-info"), []byte(info), 0o644)
 	logf("kasbuild: built %s in %s", bin, d.Round(time.Second))
+	prune(cache, filepath.Base(dir), PruneAge, logf)
 	return Result{Binary: bin, Built: true, Duration: d}, nil
+}
+
+// PruneAge is how long an unused cache entry (~170 MB) is kept: each build
+// removes the other entries that no one has used for that long.
+const PruneAge = 7 * 24 * time.Hour
+
+// prune removes the kas-<hash> entries of cache other than keep whose
+// directory was last touched more than maxAge ago and whose lock is free.
+func prune(cache, keep string, maxAge time.Duration, logf func(string, ...any)) {
+	ents, err := os.ReadDir(cache)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if !e.IsDir() || name == keep || !strings.HasPrefix(name, "kas-") {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || time.Since(info.ModTime()) < maxAge {
+			continue
+		}
+		lockPath := filepath.Join(cache, name+".lock")
+		f, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			continue
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			if os.RemoveAll(filepath.Join(cache, name)) == nil {
+				logf("kasbuild: pruned %s (unused since %s)", name, info.ModTime().Format(time.DateOnly))
+			}
+		}
+		f.Close() // releases the lock; the lock file stays (it is empty)
+	}
 }
 
 // DefaultCacheDir is $KAS_CACHE_DIR, else
@@ -150,14 +188,17 @@ func DefaultCacheDir() (string, error) {
 }
 
 // SourceHash is the cache key of the module in dir: a SHA-256 over go.mod,
-// go.sum, the non-test .go files of cmd/kas and internal/ (names and
-// contents), the Go version and LDFlags; the first 16 hex digits.
+// go.sum, the non-test .go files of cmd/kas and internal/ but this builder
+// (names and contents), the Go version and LDFlags; the first 16 hex digits.
 func SourceHash(dir string) (string, error) {
 	files := []string{"go.mod", "go.sum"}
 	for _, root := range []string{"cmd/kas", "internal"} {
 		err := filepath.WalkDir(filepath.Join(dir, root), func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
+			}
+			if d.IsDir() && d.Name() == "kasbuild" && filepath.Dir(p) == filepath.Join(dir, "internal") {
+				return fs.SkipDir // the builder is not part of the binary
 			}
 			if !d.IsDir() && strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, "_test.go") {
 				rel, err := filepath.Rel(dir, p)

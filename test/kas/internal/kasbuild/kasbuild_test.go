@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 func writeFile(t *testing.T, path, s string) {
@@ -34,6 +35,8 @@ func TestSourceHash(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "internal/x/x_test.go"), "package x\n")
 	writeFile(t, filepath.Join(dir, "harness/h.go"), "package harness\n")
 	writeFile(t, filepath.Join(dir, "README.md"), "hi\n")
+	writeFile(t, filepath.Join(dir, "internal/kasbuild/b.go"), "package kasbuild\n")
+	writeFile(t, filepath.Join(dir, "cmd/kas-build/main.go"), "package main\n")
 	if h, _ := SourceHash(dir); h != h0 {
 		t.Fatal("hash changed for a file that is not part of the binary")
 	}
@@ -72,5 +75,25 @@ func TestBuildUsesKASBinary(t *testing.T) {
 	}
 	if res.Binary != bin || res.Built {
 		t.Fatalf("Build = %+v, want %s from $KAS_BINARY", res, bin)
+	}
+}
+
+func TestPrune(t *testing.T) {
+	cache := t.TempDir()
+	old := time.Now().Add(-2 * PruneAge)
+	for _, name := range []string{"kas-old", "kas-keep", "kas-recent", "other"} {
+		writeFile(t, filepath.Join(cache, name, "kas"), "")
+		if name != "kas-recent" {
+			if err := os.Chtimes(filepath.Join(cache, name), old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	prune(cache, "kas-keep", PruneAge, t.Logf)
+	for name, want := range map[string]bool{"kas-old": false, "kas-keep": true, "kas-recent": true, "other": true} {
+		_, err := os.Stat(filepath.Join(cache, name))
+		if got := err == nil; got != want {
+			t.Errorf("%s exists = %v, want %v", name, got, want)
+		}
 	}
 }
