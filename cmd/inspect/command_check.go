@@ -85,7 +85,9 @@ func (a *app) check(cmd *cobra.Command, path string, keyring *codec.Keyring, max
 	}
 	probs, err := db.Check(&store.CheckOptions{MaxProblems: maxProblems})
 	for _, pr := range probs {
-		rep.Problems = append(rep.Problems, checkProblem{Informer: pr.Informer, Message: pr.Err.Error()})
+		// Every problem is corruption: say what, not that.
+		msg := strings.ReplaceAll(pr.Err.Error(), store.ErrCorrupt.Error()+": ", "")
+		rep.Problems = append(rep.Problems, checkProblem{Informer: pr.Informer, Message: msg})
 	}
 	if err != nil {
 		rep.Problems = append(rep.Problems, checkProblem{Message: err.Error()})

@@ -99,6 +99,10 @@ func (a *app) index(cmd *cobra.Command, path, informer, name string, p *printFla
 			}
 			return nil
 		}
+		if len(ii.Values) == 0 {
+			fmt.Fprintf(cmd.ErrOrStderr(), "Index %q is empty.\n", name)
+			return nil
+		}
 		t := &table{headers: []string{"VALUE", "OBJECTS"}}
 		if p.wide() {
 			t.headers = append(t.headers, "KEYS")
@@ -141,6 +145,10 @@ func (a *app) indexes(cmd *cobra.Command, path, informer string, p *printFlags) 
 			for _, ii := range all {
 				fmt.Fprintln(out, ii.Index)
 			}
+			return nil
+		}
+		if len(all) == 0 {
+			fmt.Fprintf(cmd.ErrOrStderr(), "Informer %q has no indexes.\n", inf)
 			return nil
 		}
 		t := &table{headers: []string{"INDEX", "VALUES", "ENTRIES"}}

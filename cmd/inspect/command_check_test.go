@@ -1,0 +1,112 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"sigs.k8s.io/yaml"
+
+	"github.com/boltinformer/boltinformer/store"
+)
+
+func TestCheck(t *testing.T) {
+	path := fixture(t)
+	keys := keyFile(t, testKey)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"check", nil},
+		{"check-key", []string{"--key-file", keys}},
+		{"check-no-headers", []string{"--no-headers"}},
+		{"check-json", []string{"-o", "json", "--key-file", keys}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, stderr := mustRun(t, 0, append([]string{"check", path}, tc.args...)...)
+			if stderr != "" {
+				t.Errorf("stderr: %s", stderr)
+			}
+			golden(t, tc.name, stdout)
+		})
+	}
+	stdout, _ := mustRun(t, 0, "check", path, "-o", "yaml")
+	var rep checkReport
+	if err := yaml.Unmarshal([]byte(stdout), &rep); err != nil || !rep.OK || len(rep.Informers) != 4 || rep.Informers[3].Encrypted != 2 {
+		t.Fatalf("%v: %+v", err, rep)
+	}
+}
+
+func TestCheckProblems(t *testing.T) {
+	pageSized(t)
+	// A record whose envelope is fine but whose payload is another
+	// object's (uid and resourceVersion disagree).
+	swapped := damage(t, func(tx *bolt.Tx) error {
+		objs := informerBolt(tx, "v1/pods", "objects")
+		r, err := store.DecodeRecord(objs.Get([]byte("ns-0/pod-000000")))
+		if err != nil {
+			return err
+		}
+		r.UID, r.ResourceVersion = "other-uid", "99"
+		raw, err := store.EncodeRecord(r)
+		if err != nil {
+			return err
+		}
+		return objs.Put([]byte("ns-0/pod-000000"), raw)
+	})
+	for _, tc := range []struct {
+		name string
+		path string
+		args []string
+	}{
+		{"check-wrong-key", fixture(t), []string{"--key-file", keyFile(t, wrongKey)}},
+		{"check-garbage-record", withGarbageRecord(t), nil},
+		{"check-garbage-payload", withGarbagePayload(t), nil},
+		{"check-swapped-payload", swapped, nil},
+		{"check-missing-index-entry", damage(t, func(tx *bolt.Tx) error {
+			return informerBolt(tx, "v1/pods", "indexes", "node").Delete([]byte("node-1\x00ns-1/pod-000001"))
+		}), nil},
+		{"check-dangling-index-entry", damage(t, func(tx *bolt.Tx) error {
+			return informerBolt(tx, "dynamic/example.com/v1/widgets", "indexes", "namespace").Put([]byte("ns-0\x00ns-0/gone"), nil)
+		}), nil},
+		{"check-max-problems", withGarbageRecord(t), []string{"--max-problems", "1"}},
+		{"check-truncated", truncated(t, 40000), nil},
+		{"check-truncated-json", truncated(t, 40000), []string{"-o", "json"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, stderr := mustRun(t, exitCorrupt, append([]string{"check", tc.path}, tc.args...)...)
+			stdout = strings.ReplaceAll(stdout, tc.path, "$FILE")
+			if want := "inspect: check found "; !strings.HasPrefix(stderr, want) || !strings.HasSuffix(stderr, " in "+tc.path+"\n") {
+				t.Errorf("stderr %q", stderr)
+			}
+			golden(t, tc.name, stdout)
+			if strings.HasSuffix(tc.name, "-json") {
+				var rep checkReport
+				if err := json.Unmarshal([]byte(stdout), &rep); err != nil || rep.OK || len(rep.Problems) == 0 {
+					t.Errorf("%v: %+v", err, rep)
+				}
+			}
+		})
+	}
+}
+
+func TestCheckNotACacheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "other.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("keys")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr := mustRun(t, exitFailure, "check", path)
+	if !strings.HasPrefix(stderr, "inspect: "+path+" is not a boltinformer cache file: ") {
+		t.Errorf("stderr %q", stderr)
+	}
+}
