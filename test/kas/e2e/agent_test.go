@@ -415,6 +415,7 @@ type events struct {
 	mu                    sync.Mutex
 	adds, updates, dels   []string
 	initialAdds           int
+	changedUpdates        int // updates whose resourceVersion changed
 	finalStateUnknownDels int
 }
 
@@ -432,10 +433,15 @@ func (e *events) handler() cache.ResourceEventHandler {
 				e.initialAdds++
 			}
 		},
-		UpdateFunc: func(_, obj any) {
+		UpdateFunc: func(old, obj any) {
 			e.mu.Lock()
 			defer e.mu.Unlock()
 			e.updates = append(e.updates, key(obj))
+			o, err1 := meta.Accessor(old)
+			n, err2 := meta.Accessor(obj)
+			if err1 == nil && err2 == nil && o.GetResourceVersion() != n.GetResourceVersion() {
+				e.changedUpdates++
+			}
 		},
 		DeleteFunc: func(obj any) {
 			e.mu.Lock()
@@ -448,10 +454,23 @@ func (e *events) handler() cache.ResourceEventHandler {
 	}
 }
 
-func (e *events) snapshot() (adds, updates, dels []string, initialAdds, unknownDels int) {
+// eventCounts is a snapshot of what a handler received.
+type eventCounts struct {
+	adds, updates, dels                   []string
+	initialAdds, changedUpdates, unknowns int
+}
+
+func (e *events) snapshot() eventCounts {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return append([]string(nil), e.adds...), append([]string(nil), e.updates...), append([]string(nil), e.dels...), e.initialAdds, e.finalStateUnknownDels
+	return eventCounts{
+		adds:           append([]string(nil), e.adds...),
+		updates:        append([]string(nil), e.updates...),
+		dels:           append([]string(nil), e.dels...),
+		initialAdds:    e.initialAdds,
+		changedUpdates: e.changedUpdates,
+		unknowns:       e.finalStateUnknownDels,
+	}
 }
 
 // eventually polls cond every 50 ms until it holds or timeout passes.

@@ -146,10 +146,10 @@ func TestWarmRestart(t *testing.T) {
 	}
 	// The handler got the disk objects as the initial list, then the
 	// changes from the watch.
-	adds, updates, dels, initial, _ := ev.snapshot()
-	if initial != warmObjects || len(adds) != warmObjects+warmChurn || len(updates) != warmChurn || len(dels) != warmChurn {
-		t.Fatalf("handler: %d adds (%d initial), %d updates, %d deletes; want %d (%d), %d, %d",
-			len(adds), initial, len(updates), len(dels), warmObjects+warmChurn, warmObjects, warmChurn, warmChurn)
+	e := ev.snapshot()
+	if e.initialAdds != warmObjects || len(e.adds) != warmObjects+warmChurn || len(e.updates) != warmChurn || e.changedUpdates != warmChurn || len(e.dels) != warmChurn || e.unknowns != 0 {
+		t.Fatalf("handler: %d adds (%d initial), %d updates (%d changed), %d deletes (%d final state unknown); want %d (%d), %d (%d), %d (0)",
+			len(e.adds), e.initialAdds, len(e.updates), e.changedUpdates, len(e.dels), e.unknowns, warmObjects+warmChurn, warmObjects, warmChurn, warmChurn, warmChurn)
 	}
 	t.Logf("warm restart: lister answered %d objects after %s, synced after %s (before any response), converged after %s; requests %v",
 		warmObjects, firstAnswer.Round(time.Microsecond), syncedAt.Round(time.Microsecond), converged.Round(time.Millisecond), reqs)
