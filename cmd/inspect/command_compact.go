@@ -82,7 +82,7 @@ func (a *app) compact(cmd *cobra.Command, path, out string, txMaxSize int64) (er
 		err = probs[0]
 	}
 	if err != nil {
-		return fmt.Errorf("compact: the copy does not check: %w", err)
+		return fmt.Errorf("compact: the copy does not check (run inspect check %s: is it damaged?): %w", path, err)
 	}
 	before, err := db.Size()
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"unicode"
 
 	"github.com/boltinformer/boltinformer/internal/codec"
 )
@@ -45,7 +46,7 @@ func parseKeys(data []byte) (*codec.Keyring, error) {
 		}
 		id, b64, ok := strings.Cut(line, ":")
 		id, b64 = strings.TrimSpace(id), strings.TrimSpace(b64)
-		if !ok || id == "" || b64 == "" {
+		if !ok || id == "" || b64 == "" || len(id) > 256 || strings.ContainsFunc(id, unicode.IsControl) {
 			return nil, fmt.Errorf("line %d: want keyid:base64key", n)
 		}
 		key, err := base64.StdEncoding.DecodeString(b64)
@@ -53,7 +54,7 @@ func parseKeys(data []byte) (*codec.Keyring, error) {
 			key, err = base64.RawStdEncoding.DecodeString(b64)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("line %d: key %q is not base64: %v", n, id, err)
+			return nil, fmt.Errorf("line %d: key %q is not base64", n, id)
 		}
 		switch len(key) {
 		case 16, 24, 32:
