@@ -313,14 +313,13 @@ func TestFlippedBytes(t *testing.T) {
 func TestFlippedPayload(t *testing.T) {
 	path := tempPath(t)
 	smallCache(t, path, 5)
-	// The container id is in the payload only (not in the envelope).
-	id := fmt.Sprintf("containerd://%064d", 2)
+	id := payloadMarker(2)
 	orig := readFile(t, path)
 	i := strings.Index(string(orig), id)
 	if i < 0 || strings.Count(string(orig), id) != 1 {
 		t.Fatal("payload not found once in the file")
 	}
-	orig[i+20] ^= 0x01
+	orig[i+5] ^= 0x01
 	writeFile(t, path, orig)
 	db := openT(t, path, &store.Options{Timeout: -1})
 	err := db.View(func(tx *store.Tx) error {

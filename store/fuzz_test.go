@@ -3,31 +3,27 @@ package store_test
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"runtime"
-	"strconv"
-	"strings"
+	"sort"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
-	"github.com/boltinformer/boltinformer/internal/codec"
-	"github.com/boltinformer/boltinformer/internal/testobj"
 	"github.com/boltinformer/boltinformer/store"
 )
 
 // The fuzz targets' seed corpora live in testdata/fuzz/<FuzzName>/, in go's
-// corpus format, built from real records and files by TestWriteFuzzSeeds
-// (run it with BOLTINFORMER_WRITE_SEEDS=1 to regenerate them). Crashers the
-// fuzzers find land there too and then run with every `go test`.
+// corpus format, built from real records (testdata/records, written by the
+// codec) and a real cache file by TestGenerateSeeds in seedgen_test.go:
+//
+//	go test -tags seedgen -run TestGenerateSeeds ./store/
+//
+// Crashers the fuzzers find land there too and then run with every
+// `go test`. To fuzz:
 //
 //	go test -run XXX -fuzz FuzzDecodeRecord -fuzztime 60s ./store/
-const writeSeedsEnv = "BOLTINFORMER_WRITE_SEEDS"
 
 // fuzzBase is the cache file FuzzOpen damages: two informers, four Pods
 // with two indexes, cut to its used pages. It is checked in so that
@@ -47,38 +43,35 @@ func allocated(fn func()) uint64 {
 	return after.TotalAlloc - before.TotalAlloc
 }
 
-// realRecords are encoded records as the codec writes them: protobuf and
-// JSON Pods, a sealed Secret, an unstructured object, and edge cases.
+// realRecords are the encoded records in testdata/records, as the codec
+// writes them (protobuf and JSON Pods, a sealed Secret, an unstructured
+// object), and a few edge cases.
 func realRecords(t testing.TB) [][]byte {
 	t.Helper()
+	names, err := filepath.Glob(filepath.Join("testdata", "records", "*.rec"))
+	if err != nil || len(names) == 0 {
+		t.Fatalf("no records in testdata/records (%v)", err)
+	}
+	sort.Strings(names)
 	var out [][]byte
-	enc := func(r *store.Record) {
+	for _, name := range names {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	for _, r := range []*store.Record{
+		{Codec: store.CodecJSON},
+		{UID: "u", ResourceVersion: "1", Codec: 200, KeyID: "k", APIVersion: "v1", Kind: "Pod",
+			Indexed: []store.IndexValues{{Index: "a", Values: []string{""}}, {Index: "", Values: nil}}, Payload: []byte{}},
+	} {
 		b, err := store.EncodeRecord(r)
 		if err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, b)
 	}
-	_, r := podRecord(t, 1, "123")
-	enc(r)
-	js, _ := codec.New(&corev1.Pod{}, &codec.Options{ForceJSON: true})
-	if r, err := js.Encode("ns-2/pod-000002", testobj.Pod(2, 3, 2, "5")); err == nil {
-		r.SetIndexed(map[string][]string{"namespace": {"ns-2"}, "label": {"app=a", "tier=web", "x"}})
-		enc(r)
-	}
-	sealed, _ := codec.New(&corev1.Secret{}, &codec.Options{Keyring: &codec.Keyring{Current: "k1", Keys: map[string][]byte{"k1": bytes.Repeat([]byte{7}, 32)}}})
-	s := &corev1.Secret{Data: map[string][]byte{"password": []byte("hunter2")}}
-	s.Name, s.Namespace, s.UID, s.ResourceVersion = "db", "prod", "u-1", "9"
-	if r, err := sealed.Encode("prod/db", s); err == nil {
-		enc(r)
-	}
-	un, _ := codec.New(&unstructured.Unstructured{}, nil)
-	if r, err := un.Encode("default/widget-3", testobj.Unstructured(3, "default", "77")); err == nil {
-		enc(r)
-	}
-	enc(&store.Record{Codec: store.CodecJSON})
-	enc(&store.Record{UID: "u", ResourceVersion: "1", Codec: 200, KeyID: "k", APIVersion: "v1", Kind: "Pod",
-		Indexed: []store.IndexValues{{Index: "a", Values: []string{""}}, {Index: "", Values: nil}}, Payload: []byte{}})
 	return out
 }
 
@@ -206,7 +199,7 @@ func damageBase(base []byte, off uint32, data []byte, cut uint32) []byte {
 func FuzzOpen(f *testing.F) {
 	base, err := os.ReadFile(fuzzBase)
 	if err != nil {
-		f.Fatalf("%v (regenerate with %s=1 go test -run TestWriteFuzzSeeds)", err, writeSeedsEnv)
+		f.Fatalf("%v (regenerate with go test -tags seedgen -run TestGenerateSeeds)", err)
 	}
 	f.Add(uint32(0), []byte{}, uint32(0))
 	path := filepath.Join(f.TempDir(), "cache.db")
@@ -271,94 +264,5 @@ func TestFuzzBase(t *testing.T) {
 	mustCheck(t, db)
 	if got := keys(t, db, "pods"); len(got) != 4 {
 		t.Fatalf("base holds %v", got)
-	}
-}
-
-// TestWriteFuzzSeeds regenerates the checked-in base file and seed corpora.
-func TestWriteFuzzSeeds(t *testing.T) {
-	if os.Getenv(writeSeedsEnv) == "" {
-		t.Skipf("set %s=1 to regenerate testdata/fuzz", writeSeedsEnv)
-	}
-	// The base: written by the store, cut to its used pages.
-	b, _, used := cacheBytes(t, 4)
-	b = b[:used]
-	if err := os.WriteFile(fuzzBase, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for i, rec := range realRecords(t) {
-		writeSeed(t, "FuzzDecodeRecord", fmt.Sprintf("record-%d", i), rec)
-	}
-	// Records cut short and with a length made huge.
-	rec := realRecords(t)[0]
-	writeSeed(t, "FuzzDecodeRecord", "record-cut", rec[:len(rec)/2])
-	huge := append([]byte(nil), rec...)
-	if i := bytes.IndexByte(huge, 0xc5); i > 0 { // bin16 payload header
-		huge[i] = 0xc6
-	}
-	writeSeed(t, "FuzzDecodeRecord", "record-bin32", huge)
-	for i, st := range realStates(t) {
-		writeSeed(t, "FuzzDecodeState", fmt.Sprintf("state-%d", i), st)
-	}
-	writeSeed(t, "FuzzDecodeState", "state-unknown-key", []byte("\x82\xa2rv\xa11\xa7future?\x93\x01\x02\x03"))
-
-	// FuzzOpen: damage aimed at each structure of the base file.
-	const ps = 4096
-	page := func(id int) []byte { return append([]byte(nil), b[id*ps:(id+1)*ps]...) }
-	type seed struct {
-		name string
-		off  uint32
-		data []byte
-		cut  uint32
-	}
-	seeds := []seed{
-		{"meta0-magic", 16, []byte{0, 0, 0, 0}, 0},
-		{"meta1-pgid", ps + 16 + 40, []byte{0xff, 0xff, 0, 0}, 0},
-		{"both-meta-zero", 0, make([]byte, 2*ps), 0},
-		{"meta1-over-meta0", 0, page(1), 0},
-		{"cut-half", 0, nil, uint32(len(b) / 2)},
-		{"cut-two-pages", 0, nil, 2 * ps},
-		{"cut-one-page-plus", 0, nil, ps + 100},
-		{"freelist-zero", 2 * ps, make([]byte, ps), 0},
-		{"root-zero", 3 * ps, make([]byte, 64), 0},
-	}
-	for id := 2; id < used/ps; id++ {
-		seeds = append(seeds,
-			seed{fmt.Sprintf("page-%d-id", id), uint32(id * ps), []byte{byte(id + 1)}, 0},
-			seed{fmt.Sprintf("page-%d-count", id), uint32(id*ps + 10), []byte{0xff, 0xff}, 0},
-			seed{fmt.Sprintf("page-%d-overflow", id), uint32(id*ps + 12), []byte{0xff, 0xff, 0xff, 0x7f}, 0},
-			seed{fmt.Sprintf("page-%d-elem0-pos", id), uint32(id*ps + 16 + 4), []byte{0xff, 0xff, 0x00, 0x01}, 0},
-			seed{fmt.Sprintf("page-%d-elem0-child", id), uint32(id*ps + 16 + 8), []byte{byte(id)}, 0},
-		)
-	}
-	// A real record written over the first record in the file.
-	if i := bytes.Index(b, []byte("ns-0/pod-000000")); i > 0 {
-		seeds = append(seeds, seed{"record-over-key", uint32(i), realRecords(t)[1][:200], 0})
-	}
-	for _, s := range seeds {
-		writeSeed(t, "FuzzOpen", s.name, s.off, s.data, s.cut)
-	}
-}
-
-// writeSeed writes one corpus entry in go's format ("go test fuzz v1").
-func writeSeed(t *testing.T, fuzz, name string, args ...any) {
-	t.Helper()
-	var sb strings.Builder
-	sb.WriteString("go test fuzz v1\n")
-	for _, a := range args {
-		switch a := a.(type) {
-		case []byte:
-			sb.WriteString("[]byte(" + strconv.Quote(string(a)) + ")\n")
-		case uint32:
-			fmt.Fprintf(&sb, "uint32(%d)\n", a)
-		default:
-			t.Fatalf("seed argument %T", a)
-		}
-	}
-	dir := filepath.Join("testdata", "fuzz", fuzz)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "seed-"+name), []byte(sb.String()), 0o644); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -8,15 +8,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
-	corev1 "k8s.io/api/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/boltinformer/boltinformer/internal/codec"
-	"github.com/boltinformer/boltinformer/internal/testobj"
 	"github.com/boltinformer/boltinformer/store"
 )
 
@@ -79,30 +77,45 @@ func tempPath(t testing.TB) string {
 	return filepath.Join(t.TempDir(), "cache.db")
 }
 
-var podCodec = func() *codec.Codec {
-	c, err := codec.New(&corev1.Pod{}, nil)
+// podPayload is a real Pod (testobj.Pod(1, ...)) in the raw protobuf
+// encoding the codec stores, read from the checked-in record. The store
+// treats payloads as opaque; these tests do not import the codec or
+// Kubernetes types, which keeps the fuzzing binary small (coverage
+// instrumentation of k8s.io/api slows fuzzing tenfold).
+var podPayload = sync.OnceValue(func() []byte {
+	raw, err := os.ReadFile(filepath.Join("testdata", "records", "pod-protobuf.rec"))
+	if err != nil {
+		panic(fmt.Sprintf("%v (regenerate with go test -tags seedgen -run TestGenerateSeeds ./store/)", err))
+	}
+	r, err := store.DecodeRecord(raw)
 	if err != nil {
 		panic(err)
 	}
-	return c
-}()
+	return r.Payload
+})
 
-// podRecord is the record of testobj.Pod(i) as the indexer would store it,
-// with "namespace" and "node" index values.
+// podRecord is the record of Pod number i (in one of 3 namespaces and on
+// one of 2 nodes, like testobj.Pod(i, 3, 2, rv)) as the indexer would store
+// it, with "namespace" and "node" index values. Its payload is the real
+// Pod's with a marker naming i appended, so that every payload differs.
 func podRecord(t testing.TB, i int, rv string) (string, *store.Record) {
 	t.Helper()
-	pod := testobj.Pod(i, 3, 2, rv)
-	key := pod.Namespace + "/" + pod.Name
-	r, err := podCodec.Encode(key, pod)
-	if err != nil {
-		t.Fatal(err)
+	ns, name := fmt.Sprintf("ns-%d", i%3), fmt.Sprintf("pod-%06d", i)
+	r := &store.Record{
+		UID:             fmt.Sprintf("00000000-0000-4000-8000-%012d", i),
+		ResourceVersion: rv,
+		Codec:           store.CodecProtobuf,
+		Payload:         append(append([]byte(nil), podPayload()...), payloadMarker(i)...),
 	}
 	r.SetIndexed(map[string][]string{
-		"namespace": {pod.Namespace},
-		"node":      {pod.Spec.NodeName},
+		"namespace": {ns},
+		"node":      {fmt.Sprintf("node-%d", i%2)},
 	})
-	return key, r
+	return ns + "/" + name, r
 }
+
+// payloadMarker is the part of pod i's payload that no other pod has.
+func payloadMarker(i int) string { return fmt.Sprintf("marker-of-pod-%06d", i) }
 
 // podBatch is a batch that puts pods [from, to) with state rv.
 func podBatch(t testing.TB, informer string, from, to int, rv string) *store.Batch {

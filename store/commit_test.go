@@ -1,0 +1,529 @@
+package store_test
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/boltinformer/boltinformer/store"
+)
+
+// mustCheck fails the test unless Check finds the file consistent.
+func mustCheck(t *testing.T, db *store.DB) {
+	t.Helper()
+	probs, err := db.Check(nil)
+	if err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	for _, p := range probs {
+		t.Errorf("Check: %v", p)
+	}
+}
+
+func state(t *testing.T, db *store.DB, inf string) *store.State {
+	t.Helper()
+	var st *store.State
+	if err := db.View(func(tx *store.Tx) (err error) {
+		st, err = tx.State(inf)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func keys(t *testing.T, db *store.DB, inf string) []string {
+	t.Helper()
+	var out []string
+	if err := db.View(func(tx *store.Tx) error {
+		return tx.ForEach(inf, func(key string, _ *store.Record) error {
+			out = append(out, key)
+			return nil
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func indexKeys(t *testing.T, db *store.DB, inf, index, value string) []string {
+	t.Helper()
+	var out []string
+	_ = db.View(func(tx *store.Tx) error {
+		out = tx.IndexKeys(inf, index, value)
+		return nil
+	})
+	return out
+}
+
+func TestCommitRoundTrip(t *testing.T) {
+	clk := fakeClock()
+	db := openT(t, tempPath(t), &store.Options{NoSync: true, Clock: clk})
+	b := podBatch(t, "pods", 0, 6, "100")
+	want := map[string]*store.Record{}
+	for _, op := range b.Ops {
+		cp := *op.Record
+		want[op.Key] = &cp
+	}
+	clk.Step(time.Minute)
+	if err := db.Commit(b); err != nil {
+		t.Fatal(err)
+	}
+	// The store fills in the state it wrote.
+	if b.State.Objects != 6 || !b.State.LastCommit.Equal(epoch.Add(time.Minute)) || !b.State.Created.Equal(b.State.LastCommit) {
+		t.Fatalf("batch state after commit: %+v", b.State)
+	}
+	err := db.View(func(tx *store.Tx) error {
+		if got := tx.Informers(); !reflect.DeepEqual(got, []string{"pods"}) {
+			t.Errorf("Informers %v", got)
+		}
+		for k, w := range want {
+			r, err := tx.Get("pods", k)
+			if err != nil {
+				return err
+			}
+			w.Checksum = store.PayloadChecksum(w.Payload)
+			if !reflect.DeepEqual(r, w) {
+				t.Errorf("%s: got %+v\nwant %+v", k, r, w)
+			}
+			if raw := tx.GetRaw("pods", k); raw == nil {
+				t.Errorf("GetRaw(%s) = nil", k)
+			}
+		}
+		if r, err := tx.Get("pods", "ns-0/absent"); r != nil || err != nil {
+			t.Errorf("Get(absent) = %v, %v", r, err)
+		}
+		if r, err := tx.Get("nope", "ns-0/pod-000000"); r != nil || err != nil {
+			t.Errorf("Get(absent informer) = %v, %v", r, err)
+		}
+		if got := tx.Indexes("pods"); !reflect.DeepEqual(got, []string{"namespace", "node"}) {
+			t.Errorf("Indexes %v", got)
+		}
+		if !tx.HasIndex("pods", "node") || tx.HasIndex("pods", "zone") || tx.HasIndex("nope", "node") {
+			t.Error("HasIndex")
+		}
+		if got := tx.IndexKeys("pods", "node", "node-1"); !reflect.DeepEqual(got, []string{"ns-0/pod-000003", "ns-1/pod-000001", "ns-2/pod-000005"}) {
+			t.Errorf("IndexKeys node-1: %v", got)
+		}
+		if got := tx.IndexKeys("pods", "node", "node-"); got != nil {
+			t.Errorf("IndexKeys of a prefix of a value: %v", got)
+		}
+		vals, err := tx.IndexValues("pods", "namespace")
+		if err != nil || !reflect.DeepEqual(vals, map[string]int{"ns-0": 2, "ns-1": 2, "ns-2": 2}) {
+			t.Errorf("IndexValues %v %v", vals, err)
+		}
+		st, err := tx.State("pods")
+		if err != nil {
+			return err
+		}
+		wantSt := &store.State{
+			ResourceVersion: "100", Synced: true, ClusterID: "cluster-1", Resource: "/v1, Resource=pods",
+			Indexes: []string{"namespace", "node"}, Objects: 6,
+		}
+		// msgpack decodes times in the local zone: compare instants.
+		if !st.Created.Equal(epoch.Add(time.Minute)) || !st.LastCommit.Equal(epoch.Add(time.Minute)) || !st.LastSync.IsZero() {
+			t.Errorf("state times %v %v %v", st.Created, st.LastCommit, st.LastSync)
+		}
+		st.Created, st.LastCommit = time.Time{}, time.Time{}
+		if !reflect.DeepEqual(st, wantSt) {
+			t.Errorf("state %+v\nwant %+v", st, wantSt)
+		}
+		if st, err := tx.State("nope"); st != nil || err != nil {
+			t.Errorf("State(absent) = %v, %v", st, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := keys(t, db, "pods"); !sort.StringsAreSorted(got) || len(got) != 6 {
+		t.Errorf("ForEach order %v", got)
+	}
+	mustCheck(t, db)
+
+	// Update: a pod moves to another node, another is deleted; the state's
+	// count follows and Created is kept.
+	clk.Step(time.Minute)
+	key, r := podRecord(t, 3, "101")
+	r.SetIndexed(map[string][]string{"namespace": {"ns-0"}, "node": {"node-9"}})
+	b2 := &store.Batch{Informer: "pods", Ops: []store.Op{
+		{Key: key, Record: r},
+		{Key: "ns-1/pod-000001"},
+		{Key: "ns-1/never-existed"},
+	}, State: &store.State{ResourceVersion: "101", Indexes: []string{"node", "namespace"}}}
+	if err := db.Commit(b2); err != nil {
+		t.Fatal(err)
+	}
+	if got := indexKeys(t, db, "pods", "node", "node-1"); !reflect.DeepEqual(got, []string{"ns-2/pod-000005"}) {
+		t.Errorf("node-1 after update: %v", got)
+	}
+	if got := indexKeys(t, db, "pods", "node", "node-9"); !reflect.DeepEqual(got, []string{key}) {
+		t.Errorf("node-9 after update: %v", got)
+	}
+	st := state(t, db, "pods")
+	if st.Objects != 5 || st.ResourceVersion != "101" || !st.Created.Equal(epoch.Add(time.Minute)) || !st.LastCommit.Equal(epoch.Add(2*time.Minute)) {
+		t.Errorf("state after update: %+v", st)
+	}
+	mustCheck(t, db)
+}
+
+func TestCommitSeveralInformersAtomically(t *testing.T) {
+	db := openT(t, tempPath(t), nil)
+	bad := podBatch(t, "b", 0, 1, "1")
+	bad.Ops = append(bad.Ops, store.Op{Key: "ns/with\x00nul", Record: bad.Ops[0].Record})
+	if err := db.Commit(podBatch(t, "a", 0, 2, "1"), bad); !errors.Is(err, store.ErrInvalidKey) {
+		t.Fatalf("Commit with a NUL key: %v", err)
+	}
+	if got := keys(t, db, "a"); len(got) != 0 {
+		t.Fatalf("a batch was written although its transaction failed: %v", got)
+	}
+	if err := db.Commit(podBatch(t, "a", 0, 2, "1"), podBatch(t, "b", 2, 5, "9")); err != nil {
+		t.Fatal(err)
+	}
+	if state(t, db, "a").Objects != 2 || state(t, db, "b").Objects != 3 {
+		t.Fatal("counts")
+	}
+	mustCheck(t, db)
+}
+
+func TestInvalidKeysAndNames(t *testing.T) {
+	db := openT(t, tempPath(t), nil)
+	_, r := podRecord(t, 1, "1")
+	for _, key := range []string{"", "a\x00b", "\x00", strings.Repeat("k", 16<<10+1)} {
+		err := db.Commit(&store.Batch{Informer: "pods", Ops: []store.Op{{Key: key, Record: r}}})
+		if !errors.Is(err, store.ErrInvalidKey) {
+			t.Errorf("key %.20q: %v", key, err)
+		}
+	}
+	// Deletes are validated too.
+	if err := db.Commit(&store.Batch{Informer: "pods", Ops: []store.Op{{Key: "a\x00"}}}); !errors.Is(err, store.ErrInvalidKey) {
+		t.Errorf("delete with NUL: %v", err)
+	}
+	for _, name := range []string{"", "a\x00b", strings.Repeat("n", 1025)} {
+		if err := db.Commit(&store.Batch{Informer: name}); !errors.Is(err, store.ErrInvalidName) {
+			t.Errorf("informer %.20q: %v", name, err)
+		}
+		bad := *r
+		bad.Indexed = []store.IndexValues{{Index: name, Values: []string{"v"}}}
+		if err := db.Commit(&store.Batch{Informer: "pods", Ops: []store.Op{{Key: "k", Record: &bad}}}); !errors.Is(err, store.ErrInvalidName) {
+			t.Errorf("index %.20q: %v", name, err)
+		}
+	}
+	long := *r
+	long.Indexed = []store.IndexValues{{Index: "x", Values: []string{strings.Repeat("v", 16<<10+1)}}}
+	if err := db.Commit(&store.Batch{Informer: "pods", Ops: []store.Op{{Key: "k", Record: &long}}}); !errors.Is(err, store.ErrInvalidKey) {
+		t.Errorf("long index value: %v", err)
+	}
+	if got := keys(t, db, "pods"); len(got) != 0 {
+		t.Fatalf("rejected commits left %v", got)
+	}
+	// An index value may hold NUL bytes: entries split at the last one.
+	odd := *r
+	odd.Indexed = []store.IndexValues{{Index: "x", Values: []string{"a\x00b", "a"}}}
+	if err := db.Commit(&store.Batch{Informer: "pods", Ops: []store.Op{{Key: "k", Record: &odd}, {Key: "k2", Record: r}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := indexKeys(t, db, "pods", "x", "a\x00b"); !reflect.DeepEqual(got, []string{"k"}) {
+		t.Errorf("value with NUL: %v", got)
+	}
+	if got := indexKeys(t, db, "pods", "x", "a"); !reflect.DeepEqual(got, []string{"k"}) {
+		t.Errorf("value a: %v", got)
+	}
+	mustCheck(t, db)
+}
+
+func TestReset(t *testing.T) {
+	clk := fakeClock()
+	db := openT(t, tempPath(t), &store.Options{NoSync: true, Clock: clk})
+	if err := db.Commit(podBatch(t, "pods", 0, 5, "10")); err != nil {
+		t.Fatal(err)
+	}
+	created := state(t, db, "pods").Created
+	clk.Step(time.Hour)
+	b := podBatch(t, "pods", 3, 7, "20")
+	b.Reset = true
+	for i := range b.Ops {
+		b.Ops[i].Record.SetIndexed(map[string][]string{"zone": {"z"}})
+	}
+	b.State.Indexes = []string{"zone"}
+	if err := db.Commit(b); err != nil {
+		t.Fatal(err)
+	}
+	if got := keys(t, db, "pods"); len(got) != 4 {
+		t.Fatalf("after Reset: %v", got)
+	}
+	st := state(t, db, "pods")
+	if st.Objects != 4 || st.ResourceVersion != "20" || !st.Created.Equal(created) {
+		t.Fatalf("state after Reset: %+v (created %v)", st, created)
+	}
+	_ = db.View(func(tx *store.Tx) error {
+		if got := tx.Indexes("pods"); !reflect.DeepEqual(got, []string{"zone"}) {
+			t.Errorf("indexes after Reset: %v", got)
+		}
+		return nil
+	})
+	mustCheck(t, db)
+	// Reset of an informer that has nothing yet.
+	if err := db.Commit(&store.Batch{Informer: "fresh", Reset: true, State: &store.State{}}); err != nil {
+		t.Fatal(err)
+	}
+	if st := state(t, db, "fresh"); st == nil || st.Objects != 0 {
+		t.Fatalf("fresh: %+v", st)
+	}
+}
+
+func TestDropIndexes(t *testing.T) {
+	db := openT(t, tempPath(t), nil)
+	if err := db.Commit(podBatch(t, "pods", 0, 4, "1")); err != nil {
+		t.Fatal(err)
+	}
+	b := &store.Batch{Informer: "pods", DropIndexes: []string{"node", "never-existed"},
+		State: &store.State{ResourceVersion: "2", Indexes: []string{"namespace"}}}
+	if err := db.Commit(b); err != nil {
+		t.Fatal(err)
+	}
+	_ = db.View(func(tx *store.Tx) error {
+		if got := tx.Indexes("pods"); !reflect.DeepEqual(got, []string{"namespace"}) {
+			t.Errorf("indexes %v", got)
+		}
+		return nil
+	})
+	// The records still name the dropped index: Check tolerates it (stale
+	// values, removed on the next write), and the next write of a record
+	// does not recreate the bucket from the old values.
+	mustCheck(t, db)
+	key, r := podRecord(t, 1, "3")
+	r.SetIndexed(map[string][]string{"namespace": {"ns-1"}})
+	if err := db.Commit(&store.Batch{Informer: "pods", Ops: []store.Op{{Key: key, Record: r}}}); err != nil {
+		t.Fatal(err)
+	}
+	_ = db.View(func(tx *store.Tx) error {
+		if tx.HasIndex("pods", "node") {
+			t.Error("dropped index bucket recreated")
+		}
+		return nil
+	})
+	mustCheck(t, db)
+}
+
+func TestIndexOnly(t *testing.T) {
+	db := openT(t, tempPath(t), nil)
+	if err := db.Commit(podBatch(t, "pods", 0, 3, "1")); err != nil {
+		t.Fatal(err)
+	}
+	var before *store.Record
+	_ = db.View(func(tx *store.Tx) (err error) {
+		before, err = tx.Get("pods", "ns-1/pod-000001")
+		return err
+	})
+	// A backfill: new index values, no payload.
+	ops := []store.Op{
+		{Key: "ns-1/pod-000001", IndexOnly: true, Record: &store.Record{Indexed: []store.IndexValues{
+			{Index: "namespace", Values: []string{"ns-1"}}, {Index: "phase", Values: []string{"Running"}}}}},
+		{Key: "ns-9/absent", IndexOnly: true, Record: &store.Record{Indexed: []store.IndexValues{{Index: "phase", Values: []string{"x"}}}}},
+		{Key: "ns-0/pod-000000", IndexOnly: true}, // no record: nothing to do
+	}
+	if err := db.Commit(&store.Batch{Informer: "pods", Ops: ops, State: &store.State{ResourceVersion: "1", Indexes: []string{"namespace", "node", "phase"}}}); err != nil {
+		t.Fatal(err)
+	}
+	var after *store.Record
+	_ = db.View(func(tx *store.Tx) (err error) {
+		after, err = tx.Get("pods", "ns-1/pod-000001")
+		return err
+	})
+	if string(after.Payload) != string(before.Payload) || after.ResourceVersion != before.ResourceVersion || after.UID != before.UID || after.Codec != before.Codec {
+		t.Fatal("IndexOnly changed the payload or metadata")
+	}
+	if got := after.Values("phase"); !reflect.DeepEqual(got, []string{"Running"}) {
+		t.Errorf("phase values %v", got)
+	}
+	if got := after.Values("node"); got != nil {
+		t.Errorf("node values kept: %v", got)
+	}
+	if got := indexKeys(t, db, "pods", "node", "node-1"); len(got) != 0 {
+		t.Errorf("node entries of the reindexed object left: %v", got)
+	}
+	if got := indexKeys(t, db, "pods", "phase", "Running"); !reflect.DeepEqual(got, []string{"ns-1/pod-000001"}) {
+		t.Errorf("phase entries %v", got)
+	}
+	if got := keys(t, db, "pods"); len(got) != 3 {
+		t.Errorf("IndexOnly on an absent key created it: %v", got)
+	}
+	if st := state(t, db, "pods"); st.Objects != 3 {
+		t.Errorf("count %d", st.Objects)
+	}
+	mustCheck(t, db)
+}
+
+// TestCountWithoutState: batches without a state record still change the
+// number of objects; the next state record must count them.
+func TestCountWithoutState(t *testing.T) {
+	db := openT(t, tempPath(t), nil)
+	if err := db.Commit(podBatch(t, "pods", 0, 3, "1")); err != nil {
+		t.Fatal(err)
+	}
+	b := podBatch(t, "pods", 3, 5, "2")
+	b.State = nil
+	if err := db.Commit(b); err != nil {
+		t.Fatal(err)
+	}
+	mustCheck(t, db)
+	if err := db.Commit(podBatch(t, "pods", 5, 6, "3")); err != nil {
+		t.Fatal(err)
+	}
+	if st := state(t, db, "pods"); st.Objects != 6 {
+		t.Errorf("count %d, want 6", st.Objects)
+	}
+	mustCheck(t, db)
+}
+
+// TestDamagedRecordOverwritten: a record that no longer decodes is replaced
+// by a put, and its index entries are scrubbed.
+func TestDamagedRecordOverwritten(t *testing.T) {
+	db := openT(t, tempPath(t), nil)
+	if err := db.Commit(podBatch(t, "pods", 0, 3, "1")); err != nil {
+		t.Fatal(err)
+	}
+	putRaw(t, db, "pods", "ns-1/pod-000001", []byte("garbage"))
+	key, r := podRecord(t, 1, "2")
+	r.SetIndexed(map[string][]string{"node": {"node-7"}})
+	if err := db.Commit(&store.Batch{Informer: "pods", Ops: []store.Op{{Key: key, Record: r}}, State: &store.State{ResourceVersion: "2", Indexes: []string{"namespace", "node"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := indexKeys(t, db, "pods", "node", "node-1"); len(got) != 0 {
+		t.Errorf("stale entries %v", got)
+	}
+	if got := indexKeys(t, db, "pods", "namespace", "ns-1"); len(got) != 0 {
+		t.Errorf("stale entries %v", got)
+	}
+	if st := state(t, db, "pods"); st.Objects != 3 {
+		t.Errorf("count %d", st.Objects)
+	}
+	mustCheck(t, db)
+	// And a delete of a damaged record works as well.
+	putRaw(t, db, "pods", "ns-2/pod-000002", []byte{0xc1})
+	if err := db.Commit(&store.Batch{Informer: "pods", Ops: []store.Op{{Key: "ns-2/pod-000002"}}, State: &store.State{ResourceVersion: "3", Indexes: []string{"namespace", "node"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if st := state(t, db, "pods"); st.Objects != 2 {
+		t.Errorf("count %d", st.Objects)
+	}
+	mustCheck(t, db)
+}
+
+func TestDeleteInformer(t *testing.T) {
+	db := openT(t, tempPath(t), nil)
+	if err := db.Commit(podBatch(t, "a", 0, 2, "1"), podBatch(t, "b", 0, 2, "1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.DeleteInformer("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.DeleteInformer("absent"); err != nil {
+		t.Fatal(err)
+	}
+	_ = db.View(func(tx *store.Tx) error {
+		if got := tx.Informers(); !reflect.DeepEqual(got, []string{"b"}) {
+			t.Errorf("Informers %v", got)
+		}
+		return nil
+	})
+}
+
+func TestBeforeCommitHook(t *testing.T) {
+	fail := errors.New("failpoint")
+	var calls int
+	hookErr := fail
+	db := openT(t, tempPath(t), &store.Options{NoSync: true, BeforeCommit: func() error { calls++; return hookErr }})
+	if err := db.Commit(podBatch(t, "pods", 0, 2, "1")); !errors.Is(err, fail) {
+		t.Fatalf("Commit: %v", err)
+	}
+	if st := state(t, db, "pods"); st != nil {
+		t.Fatalf("an aborted commit left state %+v", st)
+	}
+	hookErr = nil
+	if err := db.Commit(podBatch(t, "pods", 0, 2, "1")); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 2 {
+		t.Fatalf("hook called %d times", calls)
+	}
+	if st := state(t, db, "pods"); st == nil || st.Objects != 2 {
+		t.Fatalf("state %+v", st)
+	}
+}
+
+// TestRawOp: a source may encode records itself (Op.Raw).
+func TestRawOp(t *testing.T) {
+	db := openT(t, tempPath(t), nil)
+	key, r := podRecord(t, 4, "5")
+	raw, err := store.EncodeRecord(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Commit(&store.Batch{Informer: "pods", Ops: []store.Op{{Key: key, Record: r, Raw: raw}}}); err != nil {
+		t.Fatal(err)
+	}
+	_ = db.View(func(tx *store.Tx) error {
+		if got := tx.GetRaw("pods", key); string(got) != string(raw) {
+			t.Error("raw record differs")
+		}
+		return nil
+	})
+}
+
+func TestConcurrentReadersAndWriter(t *testing.T) {
+	db := openT(t, tempPath(t), nil)
+	done := make(chan error)
+	for w := 0; w < 4; w++ {
+		go func() {
+			var err error
+			for i := 0; i < 50 && err == nil; i++ {
+				err = db.View(func(tx *store.Tx) error {
+					st, err := tx.State("pods")
+					if err != nil || st == nil {
+						return err
+					}
+					var n int64
+					if err := tx.ForEachRaw("pods", func(string, []byte) error { n++; return nil }); err != nil {
+						return err
+					}
+					if n != st.Objects {
+						return fmt.Errorf("state counts %d, transaction sees %d", st.Objects, n)
+					}
+					return nil
+				})
+			}
+			done <- err
+		}()
+	}
+	for i := 0; i < 20; i++ {
+		if err := db.Commit(podBatch(t, "pods", i, i+3, fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for w := 0; w < 4; w++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// putRaw writes bytes straight into an informer's objects bucket.
+func putRaw(t *testing.T, db *store.DB, inf, key string, v []byte) {
+	t.Helper()
+	err := db.Bolt(func(b *bolt.DB) error {
+		return b.Update(func(tx *bolt.Tx) error {
+			return tx.Bucket([]byte("informers")).Bucket([]byte(inf)).Bucket([]byte("objects")).Put([]byte(key), v)
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
