@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -153,12 +154,17 @@ func printStats(cmd *cobra.Command, fs *fileStats, p *printFlags) {
 	summary.add("  BRANCH:", fmt.Sprintf("%d (+%d overflow)", fs.PageTypes["branch"], fs.BranchOverflow))
 	summary.add("  LEAF:", fmt.Sprintf("%d (+%d overflow)", fs.PageTypes["leaf"], fs.LeafOverflow))
 	summary.add("  FREE:", fmt.Sprintf("%d (%s)", free, formatBytes(int64(free*fs.PageSize))))
-	for typ, n := range fs.PageTypes {
+	var other []string
+	for typ := range fs.PageTypes {
 		switch typ {
 		case "meta", "freelist", "branch", "leaf", "free":
 		default:
-			summary.add("  "+typ+":", strconv.Itoa(n))
+			other = append(other, typ)
 		}
+	}
+	sort.Strings(other)
+	for _, typ := range other {
+		summary.add("  "+typ+":", strconv.Itoa(fs.PageTypes[typ]))
 	}
 	summary.add("BBOLT CHECK:", check)
 	_ = summary.print(out, true)

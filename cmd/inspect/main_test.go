@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,6 +98,10 @@ func TestLocked(t *testing.T) {
 		{"check", path},
 		{"get", path, "v1/pods", "ns-0/pod-000000"},
 		{"stats", path},
+		{"list", path, "v1/pods"},
+		{"index", path, "v1/pods", "node"},
+		{"export", path, "v1/pods"},
+		{"compact", path, filepath.Join(t.TempDir(), "out.db")},
 	} {
 		start := time.Now()
 		stdout, stderr, code := run(t, append(args, "--timeout", "200ms")...)
@@ -158,5 +163,48 @@ func TestUsage(t *testing.T) {
 	}
 	if stdout, _, code := run(t, "--help"); code != 0 || !strings.Contains(stdout, "compact") {
 		t.Errorf("--help: exit %d: %s", code, stdout)
+	}
+}
+
+// Damaged files never panic or hang a command: each exits with a status
+// (2 for damage it sees), whatever bytes are flipped.
+func TestDamagedFiles(t *testing.T) {
+	data, err := os.ReadFile(fixture(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := keyFile(t, testKey)
+	rng := rand.New(rand.NewPCG(1, 2))
+	codes := map[int]int{}
+	defer func() { t.Logf("exit codes: %v", codes) }()
+	dir := t.TempDir()
+	for i := range 40 {
+		bad := append([]byte(nil), data...)
+		for range 1 + rng.IntN(8) {
+			bad[rng.IntN(len(bad))] ^= byte(1 + rng.IntN(255))
+		}
+		path := filepath.Join(dir, fmt.Sprintf("bad-%d.db", i))
+		if err := os.WriteFile(path, bad, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{
+			{"ls", path, "-o", "wide"},
+			{"check", path, "--key-file", keys},
+			{"list", path, "pods", "-o", "json"},
+			{"get", path, "pods", "ns-1/pod-000004", "-o", "yaml"},
+			{"index", path, "pods", "namespace"},
+			{"export", path, "-o", "jsonl", "--key-file", keys},
+			{"stats", path},
+			{"compact", path, filepath.Join(dir, fmt.Sprintf("out-%d.db", i))},
+		} {
+			_, stderr, code := run(t, args...)
+			codes[code]++
+			if code != exitOK && code != exitFailure && code != exitCorrupt {
+				t.Errorf("%v: exit %d: %s", args, code, stderr)
+			}
+			if code != exitOK && !strings.HasPrefix(stderr, "inspect: ") && !strings.Contains(stderr, "\ninspect: ") {
+				t.Errorf("%v: exit %d without a message: %q", args, code, stderr)
+			}
+		}
 	}
 }
