@@ -434,8 +434,10 @@ loop:
 			break loop
 		}
 	}
-	for m := range marks { // the rest, up to the child's last write
-		res.Marks = append(res.Marks, m)
+	if marks != nil {
+		for m := range marks { // the rest, up to the child's last write
+			res.Marks = append(res.Marks, m)
+		}
 	}
 	res.Elapsed = time.Since(start)
 	var ee *exec.ExitError
