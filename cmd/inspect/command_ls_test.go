@@ -76,3 +76,40 @@ func TestLsEmptyFile(t *testing.T) {
 		t.Fatalf("%q", stdout)
 	}
 }
+
+// An informer bucket without a state record (and a name that makes "pods"
+// ambiguous) is listed with what there is.
+func TestLsNoState(t *testing.T) {
+	path := damage(t, func(tx *bolt.Tx) error {
+		_, err := tx.Bucket([]byte("informers")).CreateBucket([]byte("other/pods"))
+		return err
+	})
+	stdout, _ := mustRun(t, 0, "ls", path, "--no-headers")
+	if !strings.Contains(stdout, "\nother/pods                       0     <none>   <never>   <none>      <none>           16 B\n") {
+		t.Errorf("stdout:\n%s", stdout)
+	}
+	if _, stderr := mustRun(t, exitFailure, "list", path, "pods"); stderr != "inspect: informer \"pods\" is ambiguous: other/pods, v1/pods\n" {
+		t.Errorf("stderr %q", stderr)
+	}
+	if stdout, _ := mustRun(t, 0, "list", path, "v1/pods", "-o", "name"); strings.Count(stdout, "\n") != 6 {
+		t.Errorf("exact name: %q", stdout)
+	}
+}
+
+// A file of a newer format version is refused, and left alone.
+func TestLsNewerFormat(t *testing.T) {
+	path := damage(t, func(tx *bolt.Tx) error {
+		m := tx.Bucket([]byte("meta"))
+		h := append([]byte(nil), m.Get([]byte("header"))...)
+		h[7] = 9 // version 9, big-endian at bytes 4..8
+		return m.Put([]byte("header"), h)
+	})
+	before := fileState(t, path)
+	_, stderr := mustRun(t, exitFailure, "ls", path)
+	if stderr != "inspect: "+path+": format version 9, this inspect reads version 1\n" {
+		t.Errorf("stderr %q", stderr)
+	}
+	if fileState(t, path) != before {
+		t.Error("the file changed")
+	}
+}
