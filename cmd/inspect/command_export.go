@@ -115,7 +115,7 @@ func (a *app) export(cmd *cobra.Command, path, informer string, o *exportOptions
 		lw := newListWriter(out, p.output, rv)
 		var envelopes, failed int
 		for _, inf := range infs {
-			err := scanObjects(tx, inf, nil, decoders[inf], func(string) bool { return true }, func(obj *object) error {
+			_, err := scanObjects(tx, inf, nil, decoders[inf], func(string) bool { return true }, func(obj *object) error {
 				switch {
 				case obj.failed:
 					failed++

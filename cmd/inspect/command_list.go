@@ -82,7 +82,7 @@ func (a *app) list(cmd *cobra.Command, path, informer string, o *listOptions, se
 		}
 		var envelopes, failed, unlabelled int
 		prefix := o.namespace + "/"
-		err = scanObjects(tx, inf, keys, d, func(key string) bool {
+		dangling, err := scanObjects(tx, inf, keys, d, func(key string) bool {
 			return o.namespace == "" || strings.HasPrefix(key, prefix)
 		}, func(obj *object) error {
 			if !sel.Empty() {
@@ -133,6 +133,9 @@ func (a *app) list(cmd *cobra.Command, path, informer string, o *listOptions, se
 		if envelopes > 0 {
 			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %d object(s) printed as envelopes: their type is not one this inspect knows\n", envelopes)
 		}
+		if dangling > 0 {
+			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %d index entries point to missing objects; run inspect check %s\n", dangling, path)
+		}
 		if unlabelled > 0 {
 			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %d object(s) left out: -l needs their labels, and they do not decode\n", unlabelled)
 		}
@@ -169,10 +172,11 @@ func indexedKeys(tx *store.Tx, inf string, specs []string) ([]string, error) {
 }
 
 // scanObjects decodes the objects of inf whose keys pass filter: those of
-// keys (nil: every object, in key order) and calls fn with each. A
+// keys (nil: every object, in key order) and calls fn with each, and
+// returns how many keys have no object. A
 // missing or wrong decryption key is an error, and so is a record that
 // does not decode (ErrCorrupt); a payload that does not is fn's to judge.
-func scanObjects(tx *store.Tx, inf string, keys []string, d *decoder, filter func(string) bool, fn func(*object) error) error {
+func scanObjects(tx *store.Tx, inf string, keys []string, d *decoder, filter func(string) bool, fn func(*object) error) (dangling int, err error) {
 	each := func(key string, raw []byte) error {
 		if !filter(key) {
 			return nil
@@ -188,18 +192,19 @@ func scanObjects(tx *store.Tx, inf string, keys []string, d *decoder, filter fun
 		return fn(o)
 	}
 	if keys == nil {
-		return tx.ForEachRaw(inf, each)
+		return 0, tx.ForEachRaw(inf, each)
 	}
 	for _, k := range keys {
 		raw := tx.GetRaw(inf, k)
 		if raw == nil {
-			continue // a dangling index entry: inspect check reports it
+			dangling++ // an index entry of a missing object
+			continue
 		}
 		if err := each(k, raw); err != nil {
-			return err
+			return dangling, err
 		}
 	}
-	return nil
+	return dangling, nil
 }
 
 // errStopScan ends a scan early.

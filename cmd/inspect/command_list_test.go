@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	bolt "go.etcd.io/bbolt"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -124,9 +125,18 @@ func TestListErrors(t *testing.T) {
 			t.Errorf("%v: stdout %q\nstderr %q\nwant   %q", tc.args, stdout, stderr, tc.want)
 		}
 	}
+	// An index entry without its object: listed without it, and said so.
+	dangling := damage(t, func(tx *bolt.Tx) error {
+		return informerBolt(tx, "v1/pods", "indexes", "node").Put([]byte("node-1\x00ns-0/gone"), nil)
+	})
+	stdout, stderr := mustRun(t, 0, "list", dangling, "pods", "--index", "node=node-1", "-o", "name")
+	if stdout != "pod/pod-000003\npod/pod-000001\npod/pod-000005\n" ||
+		stderr != "warning: 1 index entries point to missing objects; run inspect check "+dangling+"\n" {
+		t.Errorf("stdout %q\nstderr %q", stdout, stderr)
+	}
 	// A payload that does not decode: listed as its envelope, exit 2.
 	bad := withGarbagePayload(t)
-	stdout, stderr := mustRun(t, exitCorrupt, "list", bad, "pods", "-n", "ns-0", "-o", "name")
+	stdout, stderr = mustRun(t, exitCorrupt, "list", bad, "pods", "-n", "ns-0", "-o", "name")
 	if stdout != "record/bad-payload\npod/pod-000000\npod/pod-000003\n" ||
 		!strings.Contains(stderr, `warning: object "ns-0/bad-payload": payload does not decode: `) ||
 		!strings.HasSuffix(stderr, "inspect: 1 object(s) have payloads that do not decode; run inspect check "+bad+"\n") {
