@@ -47,7 +47,7 @@ func (db *DB) Check(opts *CheckOptions) ([]Problem, error) {
 			probs = append(probs, Problem{Informer: inf, Err: corruptf(format, args...)})
 		}
 	}
-	err := db.View(func(tx *Tx) error {
+	err := db.checkView(func(tx *Tx) error {
 		// Drain the channel even when full: bbolt's checker runs in its
 		// own goroutine over this transaction and blocks on every send.
 		for e := range tx.tx.Check() {
@@ -158,4 +158,32 @@ func checkInformer(tx *Tx, inf string, add func(string, string, ...any), full fu
 			break
 		}
 	}
+}
+
+// checkView runs fn in the transaction Check needs. bbolt's Tx.Check reads
+// the DB's freelist, which a concurrent writer changes: on a read-only
+// transaction it is only safe with no writer (pages that a later commit
+// freed are reported "reachable freed"). So a writable DB is checked in a
+// write transaction, rolled back, which holds commits off meanwhile; a DB
+// opened read-only has no writer.
+func (db *DB) checkView(fn func(*Tx) error) (err error) {
+	if db.readOnly {
+		return db.View(fn)
+	}
+	db.closeMu.RLock()
+	defer db.closeMu.RUnlock()
+	if db.bolt == nil {
+		return ErrClosed
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = corruptf("%s: check: %v", db.path, r)
+		}
+	}()
+	btx, err := db.bolt.Begin(true)
+	if err != nil {
+		return fmt.Errorf("store: check %s: %w", db.path, err)
+	}
+	defer func() { _ = btx.Rollback() }()
+	return fn(&Tx{tx: btx})
 }

@@ -62,16 +62,32 @@ type FileState struct {
 }
 
 // VerifyFile opens the cache file at path read-only and checks the
-// informer's saved state against the truth, invariant 1 of DESIGN.md: the
-// file opens; store.DB.Check finds nothing; with r the saved
+// informer's saved state against the truth with VerifyDB. The file must
+// not be open for writing elsewhere (it waits LockTimeout for the lock).
+func VerifyFile(path, informer string, truth func(rv int64) map[string]runtime.Object, opts *VerifyOptions) (*FileState, error) {
+	timeout := 5 * time.Second
+	if opts != nil && opts.LockTimeout > 0 {
+		timeout = opts.LockTimeout
+	}
+	db, err := store.Open(path, &store.Options{ReadOnly: true, Timeout: timeout})
+	if err != nil {
+		return nil, fmt.Errorf("crashtest: open %s: %w", path, err)
+	}
+	defer db.Close()
+	return VerifyDB(db, informer, truth, opts)
+}
+
+// VerifyDB checks the informer's saved state in db (what is on disk, not
+// what an informer holds in memory) against the truth, invariant 1 of
+// DESIGN.md: store.DB.Check finds nothing; with r the saved
 // resourceVersion, the objects are exactly truth(r): the same keys (no
 // lost or phantom object), each with the true resourceVersion and UID (no
 // stale one), payloads that decode to the true object (for Sample of
 // them), and stored index values equal to the index functions applied to
 // the true object. An informer without a state record must have no
 // objects. It returns what it found, and an error wrapping ErrMismatch
-// (or the open or check error) listing the differences.
-func VerifyFile(path, informer string, truth func(rv int64) map[string]runtime.Object, opts *VerifyOptions) (*FileState, error) {
+// (or the check's error) listing the differences.
+func VerifyDB(db *store.DB, informer string, truth func(rv int64) map[string]runtime.Object, opts *VerifyOptions) (*FileState, error) {
 	o := VerifyOptions{}
 	if opts != nil {
 		o = *opts
@@ -79,21 +95,14 @@ func VerifyFile(path, informer string, truth func(rv int64) map[string]runtime.O
 	if o.Example == nil {
 		o.Example = &corev1.Pod{}
 	}
-	if o.LockTimeout <= 0 {
-		o.LockTimeout = 5 * time.Second
-	}
 	if o.MaxDiffs <= 0 {
 		o.MaxDiffs = 20
 	}
+	path := db.Path()
 	c, err := codec.New(o.Example, &codec.Options{Keyring: o.Keyring})
 	if err != nil {
 		return nil, err
 	}
-	db, err := store.Open(path, &store.Options{ReadOnly: true, Timeout: o.LockTimeout})
-	if err != nil {
-		return nil, fmt.Errorf("crashtest: open %s: %w", path, err)
-	}
-	defer db.Close()
 	fs := &FileState{}
 	if fs.Size, err = db.Size(); err != nil {
 		return fs, err
