@@ -111,4 +111,3 @@ func rvOf(t testing.TB, s string) int64 {
 	}
 	return n
 }
-
