@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -167,13 +169,47 @@ func closeBenchFixtures() {
 	benchDirs = nil
 }
 
+// cpuTime returns the CPU time (user and system, all threads) the process
+// has used. The machines are shared and noisy: CPU time per op is less
+// disturbed by other processes than wall time, and counts the work of the
+// background committer and of the garbage collector too.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpuMeter adds up the CPU time of the timed sections of a benchmark.
+type cpuMeter struct{ total, from time.Duration }
+
+func (m *cpuMeter) start() { m.from = cpuTime() }
+func (m *cpuMeter) stop()  { m.total += cpuTime() - m.from }
+
+// report adds cpu-ns/op (and cpu-ns/obj when each op is objs objects).
+func (m *cpuMeter) report(b *testing.B, objs int) {
+	if b.N == 0 {
+		return
+	}
+	b.ReportMetric(float64(m.total.Nanoseconds())/float64(b.N), "cpu-ns/op")
+	if objs > 1 {
+		b.ReportMetric(float64(m.total.Nanoseconds())/float64(b.N*objs), "cpu-ns/obj")
+	}
+}
+
 func eachRead(b *testing.B, fn func(b *testing.B, f *benchFixture)) {
 	for _, n := range benchSizes() {
 		for _, impl := range readImpls {
 			b.Run(fmt.Sprintf("impl=%s/objects=%d", impl, n), func(b *testing.B) {
 				f := fixture(b, impl, n)
 				b.ReportAllocs()
+				runtime.GC() // of the fixture's garbage, not during the run
+				var m cpuMeter
+				m.start()
 				fn(b, f)
+				m.stop()
+				m.report(b, 1)
 			})
 		}
 	}
@@ -307,11 +343,13 @@ func BenchmarkAdd(b *testing.B) {
 			b.Run(fmt.Sprintf("impl=%s/objects=%d", w.name, n), func(b *testing.B) {
 				pods := benchPods(n)
 				b.ReportAllocs()
+				var m cpuMeter
 				for b.Loop() {
 					b.StopTimer()
 					t := newWriteTarget(b, w, nil)
 					runtime.GC()
 					b.StartTimer()
+					m.start()
 					for _, p := range pods {
 						if err := t.ix.Add(p); err != nil {
 							b.Fatal(err)
@@ -320,11 +358,13 @@ func BenchmarkAdd(b *testing.B) {
 					if err := t.flush(); err != nil {
 						b.Fatal(err)
 					}
+					m.stop()
 					b.StopTimer()
 					t.close()
 					b.StartTimer()
 				}
 				reportPerObject(b, n)
+				m.report(b, n)
 			})
 		}
 	}
@@ -339,7 +379,10 @@ func BenchmarkUpdate(b *testing.B) {
 				pods := benchPods(n)
 				t := newWriteTarget(b, w, pods)
 				defer t.close()
+				runtime.GC()
 				b.ReportAllocs()
+				var m cpuMeter
+				m.start()
 				for b.Loop() {
 					for _, p := range pods {
 						if err := t.ix.Update(p); err != nil {
@@ -350,7 +393,9 @@ func BenchmarkUpdate(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
+				m.stop()
 				reportPerObject(b, n)
+				m.report(b, n)
 			})
 		}
 	}
