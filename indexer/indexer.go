@@ -122,6 +122,7 @@ type Indexer struct {
 	inflight   map[string]*pendingOp // taken by the committer, not yet acknowledged
 	stateDirty bool
 	reset      bool // the next batch replaces the informer's old data
+	listed     bool // a Replace (complete list) since the last batch taken
 	drop       []string
 	saved      store.State // the state record last committed or loaded
 	commitErr  error
@@ -407,6 +408,7 @@ func (x *Indexer) Replace(list []any, resourceVersion string) error {
 	}
 	x.rv = resourceVersion
 	x.synced = true
+	x.listed = true
 	x.stateDirty = true
 	x.mu.Unlock()
 	x.committer.Notify(len(list) + 1)

@@ -1,6 +1,8 @@
 package indexer
 
 import (
+	"time"
+
 	"sort"
 
 	"github.com/boltinformer/boltinformer/store"
@@ -9,9 +11,10 @@ import (
 // token is what an indexer hands the committer with a batch, to restore
 // the batch if it fails.
 type token struct {
-	ops   map[string]*pendingOp
-	reset bool
-	drop  []string
+	listed bool
+	ops    map[string]*pendingOp
+	reset  bool
+	drop   []string
 }
 
 // stateLocked is the state record the applied mutations bring the file to.
@@ -25,8 +28,8 @@ func (x *Indexer) stateLocked() store.State {
 	}
 	s.Created = x.saved.Created
 	s.LastSync = x.saved.LastSync
-	if x.synced && !x.saved.Synced {
-		s.LastSync = s.LastCommit
+	if x.listed {
+		s.LastSync = time.Time{} // a list completed: the store stamps the commit time
 	}
 	return s
 }
@@ -49,9 +52,9 @@ func (x *Indexer) Pending() (*store.Batch, error) {
 	x.pending = map[string]*pendingOp{}
 	x.inflight = ops
 	st := x.stateLocked()
-	tok := &token{ops: ops, reset: x.reset, drop: x.drop}
+	tok := &token{ops: ops, reset: x.reset, drop: x.drop, listed: x.listed}
 	b := &store.Batch{Informer: x.name, Reset: x.reset, DropIndexes: x.drop, State: &st, Token: tok}
-	x.stateDirty, x.reset, x.drop = false, false, nil
+	x.stateDirty, x.reset, x.drop, x.listed = false, false, nil, false
 	x.mu.Unlock()
 
 	keys := make([]string, 0, len(ops))
@@ -146,5 +149,6 @@ func (x *Indexer) Committed(b *store.Batch, err error) {
 	x.inflight = nil
 	x.stateDirty = true
 	x.reset = x.reset || tok.reset
+	x.listed = x.listed || tok.listed
 	x.drop = append(x.drop, tok.drop...)
 }

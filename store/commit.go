@@ -178,6 +178,11 @@ func applyBatch(tx *bolt.Tx, b *Batch, now time.Time) error {
 	if st.Created.IsZero() {
 		st.Created = st.LastCommit
 	}
+	if st.Synced && st.LastSync.IsZero() {
+		// The source leaves LastSync zero in the batch that completes a
+		// list: it is stamped with the commit time.
+		st.LastSync = st.LastCommit
+	}
 	st.Indexes = append([]string(nil), st.Indexes...)
 	sort.Strings(st.Indexes)
 	raw, err := EncodeState(&st)
