@@ -1,0 +1,113 @@
+// Package fleet measures restarts against a real kube-apiserver (the
+// harness): a fleet of node agents restarting at once (TestFleetRestart)
+// and one informer's restart at 10k (100k) objects
+// (BenchmarkInformerRestart), client-go's informer (WatchList and LIST)
+// side by side with boltinformer. Results are recorded in
+// docs/BENCHMARKS.md, "Real API server".
+//
+// The package starts one cluster, on first use, shared by its tests and
+// benchmarks.
+package fleet
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/boltinformer/boltinformer/test/kas/harness"
+)
+
+var (
+	clusterOnce sync.Once
+	cluster     *harness.Cluster
+	clusterErr  error
+)
+
+// sharedCluster starts the package's cluster on first use.
+func sharedCluster(tb testing.TB) *harness.Cluster {
+	tb.Helper()
+	clusterOnce.Do(func() {
+		cluster, clusterErr = harness.Start(nil, &harness.Options{
+			EtcdUnsafeNoFsync: true, // the measurements are of the apiserver, not etcd's disk
+			Logf: func(format string, args ...any) {
+				fmt.Fprintf(os.Stderr, format+"\n", args...)
+			},
+		})
+	})
+	if clusterErr != nil {
+		tb.Fatalf("start cluster: %v", clusterErr)
+	}
+	return cluster
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if cluster != nil {
+		if code != 0 {
+			fmt.Fprintf(os.Stderr, "fleet: apiserver log: %s\n", cluster.APIServerLog())
+		}
+		if err := cluster.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "fleet: stop cluster: %v\n", err)
+			code = 1
+		}
+	}
+	if code == 0 {
+		if kids := childrenOf(os.Getpid()); len(kids) > 0 {
+			fmt.Fprintf(os.Stderr, "fleet: leaked child processes: %v\n", kids)
+			code = 1
+		}
+	}
+	if code == 0 {
+		if err := goleak.Find(leakOptions...); err != nil {
+			fmt.Fprintf(os.Stderr, "fleet: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// leakOptions ignore the goroutines that client-go, net/http and klog keep
+// for the process lifetime.
+var leakOptions = []goleak.Option{
+	goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
+	goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+	goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+	goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"),
+	goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*clientConnReadLoop).run"),
+	goleak.IgnoreAnyFunction("k8s.io/client-go/util/workqueue.(*Type).updateUnfinishedWorkLoop"),
+}
+
+// childrenOf lists the live (not zombie) children of process pid.
+func childrenOf(pid int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	want := strconv.Itoa(pid)
+	var kids []int
+	for _, e := range ents {
+		kid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) >= 2 && f[1] == want && f[0] != "Z" {
+			kids = append(kids, kid)
+		}
+	}
+	return kids
+}
