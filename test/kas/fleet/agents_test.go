@@ -199,7 +199,7 @@ type stormResult struct {
 	// APIServerCPU over the storm (start to all synced and watching, plus
 	// settle); Net subtracts the idle rate over the same time.
 	APIServerCPU, APIServerCPUNet, EtcdCPU, ClientCPU time.Duration
-	Warm                                             int
+	Warm                                              int
 }
 
 func (r stormResult) String() string {
@@ -394,6 +394,8 @@ func createPods(ctx context.Context, cs kubernetes.Interface, ns string, n int, 
 	})
 }
 
-func nodeSelector(node string) string { return fields.OneTermEqualSelector("spec.nodeName", node).String() }
+func nodeSelector(node string) string {
+	return fields.OneTermEqualSelector("spec.nodeName", node).String()
+}
 
 func cachePath(dir string, i int) string { return filepath.Join(dir, fmt.Sprintf("agent-%04d.db", i)) }
