@@ -285,8 +285,10 @@ func TestFlippedBytes(t *testing.T) {
 	for i := 0; i < used; i += 1021 {
 		offsets = append(offsets, i)
 	}
-	for i := 2 * ps; i < 2*ps+64; i++ { // a page header and its first elements
-		offsets = append(offsets, i)
+	for p := 0; p < used; p += ps { // every page header and its first elements
+		for i := p; i < p+48; i++ {
+			offsets = append(offsets, i)
+		}
 	}
 	masks := []byte{0x01, 0x80, 0xff, 0x10}
 	detected := 0

@@ -3,11 +3,13 @@ package store_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"runtime"
 	"sort"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -202,9 +204,15 @@ func FuzzOpen(f *testing.F) {
 		f.Fatalf("%v (regenerate with go test -tags seedgen -run TestGenerateSeeds)", err)
 	}
 	f.Add(uint32(0), []byte{}, uint32(0))
-	path := filepath.Join(f.TempDir(), "cache.db")
+	dir := f.TempDir()
+	var n atomic.Int64
 	f.Fuzz(func(t *testing.T, off uint32, data []byte, cut uint32) {
 		b := damageBase(base, off, data, cut)
+		// A new file each time: should an input leak a lock or a handle,
+		// it must not fail the next input (the minimizer would then shrink
+		// that instead).
+		path := filepath.Join(dir, fmt.Sprintf("cache-%d.db", n.Add(1)))
+		defer os.Remove(path)
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -228,6 +236,12 @@ func openDamaged(t *testing.T, path string, b []byte) {
 			}
 			continue
 		}
+		closed := false
+		defer func() {
+			if !closed {
+				_ = db.Close()
+			}
+		}()
 		if err := db.View(walk); err != nil && !errors.Is(err, store.ErrCorrupt) {
 			t.Fatalf("read-only %v: View: %v", ro, err)
 		}
@@ -246,6 +260,7 @@ func openDamaged(t *testing.T, path string, b []byte) {
 			_ = db.DeleteInformer("empty")
 			_ = db.View(walk)
 		}
+		closed = true
 		if err := db.Close(); err != nil {
 			t.Fatalf("read-only %v: Close: %v", ro, err)
 		}

@@ -72,18 +72,22 @@ type pageVerifier struct {
 	ps   uint64
 	hwm  uint64
 	seen []uint64 // bitmap of reached page ids
-	buf  []byte
+	hdr  []byte   // page header reads
+	// bufs[depth] holds the page being checked at that depth of the walk,
+	// so that a nested bucket's pages do not overwrite their parent's.
+	bufs [bbMaxDepth + 2][]byte
 }
 
-// readAt reads n bytes at off, which must lie inside the file.
-func (v *pageVerifier) readAt(off, n uint64) ([]byte, error) {
+// readAt reads n bytes at off, which must lie inside the file, into *buf
+// (grown as needed).
+func (v *pageVerifier) readAt(off, n uint64, buf *[]byte) ([]byte, error) {
 	if off > v.size || n > v.size-off {
 		return nil, fmt.Errorf("read of %d bytes at %d is beyond the end of the %d-byte file", n, off, v.size)
 	}
-	if uint64(cap(v.buf)) < n {
-		v.buf = make([]byte, n)
+	if uint64(cap(*buf)) < n {
+		*buf = make([]byte, n)
 	}
-	b := v.buf[:n]
+	b := (*buf)[:n]
 	if _, err := v.f.ReadAt(b, int64(off)); err != nil && err != io.EOF {
 		return nil, err
 	}
@@ -117,7 +121,7 @@ func (v *pageVerifier) metaAt(off uint64) (bbMeta, bool) {
 	if off >= v.size {
 		return bbMeta{}, false
 	}
-	b, err := v.readAt(off, min(v.size-off, bbPageHeaderSize+bbMetaSize))
+	b, err := v.readAt(off, min(v.size-off, bbPageHeaderSize+bbMetaSize), &v.hdr)
 	if err != nil {
 		return bbMeta{}, false
 	}
@@ -190,13 +194,13 @@ func (v *pageVerifier) run() error {
 func (v *pageVerifier) marked(id uint64) bool { return v.seen[id/64]&(1<<(id%64)) != 0 }
 func (v *pageVerifier) mark(id uint64)        { v.seen[id/64] |= 1 << (id % 64) }
 
-// span reads page id with its overflow, after checking that all of it is
-// below the high-water mark and has not been reached before.
-func (v *pageVerifier) span(id uint64, what string) ([]byte, error) {
+// span reads page id with its overflow into *buf, after checking that all
+// of it is below the high-water mark and has not been reached before.
+func (v *pageVerifier) span(id uint64, what string, buf *[]byte) ([]byte, error) {
 	if id < 2 || id >= v.hwm {
 		return nil, fmt.Errorf("%s: page %d is outside [2, %d)", what, id, v.hwm)
 	}
-	hdr, err := v.readAt(id*v.ps, bbPageHeaderSize)
+	hdr, err := v.readAt(id*v.ps, bbPageHeaderSize, &v.hdr)
 	if err != nil {
 		return nil, fmt.Errorf("%s: page %d: %v", what, id, err)
 	}
@@ -213,11 +217,11 @@ func (v *pageVerifier) span(id uint64, what string) ([]byte, error) {
 		}
 		v.mark(i)
 	}
-	return v.readAt(id*v.ps, (overflow+1)*v.ps)
+	return v.readAt(id*v.ps, (overflow+1)*v.ps, buf)
 }
 
 func (v *pageVerifier) checkFreelistPage(id uint64) error {
-	p, err := v.span(id, "freelist")
+	p, err := v.span(id, "freelist", &v.bufs[0])
 	if err != nil {
 		return err
 	}
@@ -229,12 +233,12 @@ func (v *pageVerifier) checkFreelistPage(id uint64) error {
 
 // checkFreeIDs checks the free page ids once every reachable page is marked.
 func (v *pageVerifier) checkFreeIDs(id uint64) error {
-	hdr, err := v.readAt(id*v.ps, bbPageHeaderSize)
+	hdr, err := v.readAt(id*v.ps, bbPageHeaderSize, &v.hdr)
 	if err != nil {
 		return err
 	}
 	overflow := uint64(ne.Uint32(hdr[12:]))
-	p, err := v.readAt(id*v.ps, (overflow+1)*v.ps)
+	p, err := v.readAt(id*v.ps, (overflow+1)*v.ps, &v.bufs[0])
 	if err != nil {
 		return err
 	}
@@ -271,12 +275,10 @@ func (v *pageVerifier) checkPage(id uint64, depth int, what string) error {
 	if depth > bbMaxDepth {
 		return fmt.Errorf("%s: tree deeper than %d levels at page %d", what, bbMaxDepth, id)
 	}
-	p, err := v.span(id, what)
+	p, err := v.span(id, what, &v.bufs[depth])
 	if err != nil {
 		return err
 	}
-	// p aliases v.buf, which the recursion reuses: keep a copy.
-	p = append([]byte(nil), p...)
 	flags := ne.Uint16(p[8:])
 	switch flags {
 	case bbBranchFlag:
