@@ -6,6 +6,7 @@ import (
 	"sort"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/boltinformer/boltinformer/internal/codec"
@@ -66,6 +67,9 @@ func (x *Indexer) load() error {
 	}
 	for i := range recs {
 		r := &recs[i]
+		if r.err == nil && !x.bounded {
+			r.err = x.checkEnvelope(r.key, r.rec, r.obj)
+		}
 		if r.err != nil {
 			return fmt.Errorf("indexer %q: load %s: %w", x.name, x.db.Path(), errors.Join(store.ErrCorrupt, r.err))
 		}
@@ -172,10 +176,36 @@ func (x *Indexer) readLocked(tx *store.Tx, key string) (runtime.Object, error) {
 		return nil, fmt.Errorf("indexer %q: %w: key %q is in memory but not in the file", x.name, store.ErrCorrupt, key)
 	}
 	obj, err := x.codec.Decode(key, r)
+	if err == nil {
+		err = x.checkEnvelope(key, r, obj)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("indexer %q: %w", x.name, errors.Join(store.ErrCorrupt, err))
 	}
 	return obj, nil
+}
+
+// checkEnvelope checks a decoded record against what is outside its
+// payload checksum: the key it is stored under and the envelope's UID and
+// resourceVersion must be the object's own. A flipped bit in a key would
+// otherwise load an object under a key it does not have (a phantom, and
+// the real key lost), silently.
+func (x *Indexer) checkEnvelope(key string, r *store.Record, obj runtime.Object) error {
+	k, err := x.keyFunc(obj)
+	if err != nil {
+		return fmt.Errorf("record %q: %w", key, err)
+	}
+	if k != key {
+		return fmt.Errorf("record stored under key %q holds object %q", key, k)
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return fmt.Errorf("record %q: %w", key, err)
+	}
+	if m.GetResourceVersion() != r.ResourceVersion || string(m.GetUID()) != r.UID {
+		return fmt.Errorf("record %q: envelope has resourceVersion %q uid %q, the object %q and %q", key, r.ResourceVersion, r.UID, m.GetResourceVersion(), m.GetUID())
+	}
+	return nil
 }
 
 // fetchManyLocked returns the objects of keys (Bounded mode) in the same

@@ -83,8 +83,20 @@ func (a *agent) caughtUp(t testing.TB, src *crashtest.Source) {
 	waitFor(t, "the informer to apply resourceVersion "+want, func() bool {
 		return a.inf.HasSynced() && a.inf.Indexer().ResourceVersion() == want
 	})
-	if err := crashtest.Compare(a.inf.GetIndexer().List(), src.Objects()); err != nil {
+	objs := src.Objects()
+	if err := crashtest.Compare(a.inf.GetIndexer().List(), objs); err != nil {
 		t.Fatal(err)
+	}
+	// The keys too: an object stored under a wrong key would pass the
+	// comparison of objects above.
+	keys := a.inf.GetIndexer().ListKeys()
+	for _, k := range keys {
+		if _, ok := objs[k]; !ok {
+			t.Fatalf("the informer holds key %q, which the source does not have", k)
+		}
+	}
+	if len(keys) != len(objs) {
+		t.Fatalf("the informer holds %d keys, the source %d objects", len(keys), len(objs))
 	}
 }
 
