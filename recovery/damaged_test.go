@@ -415,4 +415,3 @@ func TestLockedFile(t *testing.T) {
 	a.caughtUp(t, src)
 	waitFor(t, "a commit by the holder", func() bool { return a.saved() == "200" })
 }
-
