@@ -2,11 +2,11 @@ package crashtest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"sync"
+	"syscall"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -17,8 +17,11 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// ErrOutage is what every call returns while the Source is down.
-var ErrOutage = errors.New("crashtest: connection refused (simulated outage)")
+// ErrOutage is what every call returns while the Source is down. It wraps
+// syscall.ECONNREFUSED, as the dial to a stopped kube-apiserver does, so
+// that client-go's Reflector treats it the same way: it retries a failed
+// watch from its resourceVersion instead of relisting.
+var ErrOutage = fmt.Errorf("crashtest: simulated outage: %w", syscall.ECONNREFUSED)
 
 // Event is one change in a Source's history.
 type Event struct {
