@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -97,13 +98,22 @@ func coreClient(cfg *rest.Config) (*rest.RESTClient, error) {
 	return rest.RESTClientFor(c)
 }
 
-// podListWatch is the ListWatch every agent uses, whatever its informer:
-// Pods in namespace ns ("" for all) with fieldSelector, through its own
-// transport (so its own connection, as a separate process would have).
-func podListWatch(base *rest.Config, ns, fieldSelector string, tr *transport) (cache.ListerWatcher, error) {
+// agentConfig is base with tr around its transport, and a connection of
+// its own, as a separate process would have: client-go shares one
+// transport (and so one HTTP/2 connection) among equal configs, but not
+// among configs with a Proxy function.
+func agentConfig(base *rest.Config, tr *transport) *rest.Config {
 	cfg := rest.CopyConfig(base)
 	cfg.Wrap(tr.wrap)
-	rc, err := coreClient(cfg)
+	cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
+	return cfg
+}
+
+// podListWatch is the ListWatch every agent uses, whatever its informer:
+// Pods in namespace ns ("" for all) with fieldSelector, through its own
+// transport and connection.
+func podListWatch(base *rest.Config, ns, fieldSelector string, tr *transport) (cache.ListerWatcher, error) {
+	rc, err := coreClient(agentConfig(base, tr))
 	if err != nil {
 		return nil, err
 	}
@@ -115,18 +125,54 @@ func podListWatch(base *rest.Config, ns, fieldSelector string, tr *transport) (c
 type kind int
 
 const (
-	clientGo kind = iota // cache.NewSharedIndexInformer, cold by nature
-	bolt                 // boltinformer, cold or warm from its file
+	clientGo    kind = iota // cache.NewSharedIndexInformer, cold by nature
+	bolt                    // boltinformer, cold or warm from its file
+	connectOnly             // no informer: one GET /version on a new connection (the floor)
 )
 
 // agent is one informer process of the fleet (a goroutine here).
 type agent struct {
 	kind   kind
 	tr     *transport
-	inf    cache.SharedIndexInformer
+	inf    cache.SharedIndexInformer // nil for connectOnly
 	db     *boltinformer.DB
 	cancel context.CancelFunc
 	done   chan struct{}
+}
+
+// synced is closed once the agent's informer has synced.
+func (a *agent) synced() <-chan struct{} {
+	if a.inf == nil {
+		return a.done
+	}
+	return a.inf.HasSyncedChecker().Done()
+}
+
+// watching is closed once the agent's first WATCH was answered.
+func (a *agent) watching() <-chan struct{} {
+	if a.inf == nil {
+		return a.done
+	}
+	return a.tr.watching
+}
+
+// startConnectOnly opens a connection like an agent and makes one cheap
+// request: what any restart costs the apiserver before it lists or
+// watches (TLS handshake, authentication).
+func startConnectOnly(base *rest.Config, m *meter) (*agent, error) {
+	tr := newTransport(m)
+	rc, err := coreClient(agentConfig(base, tr))
+	if err != nil {
+		return nil, err
+	}
+	a := &agent{kind: connectOnly, tr: tr, done: make(chan struct{}), cancel: func() {}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := rc.Get().AbsPath("/version").Do(ctx).Error(); err != nil {
+		return nil, err
+	}
+	close(a.done)
+	return a, nil
 }
 
 // startAgent builds and runs an informer for Pods in ns matching
@@ -269,7 +315,7 @@ func storm(tb testing.TB, c *harness.Cluster, name string, n int, idle float64, 
 			for _, w := range []struct {
 				ch <-chan struct{}
 				at *time.Duration
-			}{{a.inf.HasSyncedChecker().Done(), &synced[i]}, {a.tr.watching, &watching[i]}} {
+			}{{a.synced(), &synced[i]}, {a.watching(), &watching[i]}} {
 				select {
 				case <-w.ch:
 					*w.at = time.Since(t0)

@@ -82,8 +82,13 @@ func TestFleetRestart(t *testing.T) {
 	}
 	var results []stormResult
 
+	// The floor: what N new connections with one request cost.
+	r, agents := storm(t, c, "connect only (floor)", n, idle, func(_ int, m *meter) (*agent, error) { return startConnectOnly(base, m) })
+	stopAll(t, agents)
+	results = append(results, r)
+
 	// The agents' first start writes their cache files.
-	r, agents := storm(t, c, "boltinformer cold", n, idle, startBolt)
+	r, agents = storm(t, c, "boltinformer cold", n, idle, startBolt)
 	for i, a := range agents {
 		if got := len(a.inf.GetStore().ListKeys()); got != fleetPodsPerNode {
 			t.Fatalf("agent %d: %d Pods, want %d", i, got, fleetPodsPerNode)
@@ -153,7 +158,7 @@ func TestFleetRestart(t *testing.T) {
 	if warm.Lists != 0 || warm.ServerLists != 0 {
 		t.Errorf("the warm fleet made %d LISTs (apiserver: %.0f), want 0", warm.Lists, warm.ServerLists)
 	}
-	for _, r := range results[1:3] {
+	for _, r := range results[2:4] {
 		if warm.Bytes*10 > r.Bytes {
 			t.Errorf("the warm fleet read %s, %s read %s: want at least 10x less", mib(warm.Bytes), r.Name, mib(r.Bytes))
 		}

@@ -6,7 +6,8 @@
 // docs/BENCHMARKS.md, "Real API server".
 //
 // The package starts one cluster, on first use, shared by its tests and
-// benchmarks.
+// benchmarks. klog output is discarded unless BOLTINFORMER_FLEET_LOGS is
+// set.
 package fleet
 
 import (
@@ -17,7 +18,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"go.uber.org/goleak"
+	"k8s.io/klog/v2"
 
 	"github.com/boltinformer/boltinformer/test/kas/harness"
 )
@@ -46,6 +49,10 @@ func sharedCluster(tb testing.TB) *harness.Cluster {
 }
 
 func TestMain(m *testing.M) {
+	if os.Getenv("BOLTINFORMER_FLEET_LOGS") == "" {
+		// Hundreds of informers log their starts: keep the results readable.
+		klog.SetLogger(logr.Discard())
+	}
 	code := m.Run()
 	if cluster != nil {
 		if code != 0 {
