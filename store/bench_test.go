@@ -28,7 +28,6 @@ func BenchmarkOpen(b *testing.B) {
 		_ = db.Close()
 		b.Run(fmt.Sprintf("objects=%d/store", n), func(b *testing.B) {
 			b.ReportAllocs()
-			b.ReportMetric(float64(size), "file-bytes")
 			for b.Loop() {
 				db, err := store.Open(path, &store.Options{NoSync: true})
 				if err != nil {
@@ -36,6 +35,7 @@ func BenchmarkOpen(b *testing.B) {
 				}
 				_ = db.Close()
 			}
+			b.ReportMetric(float64(size), "file-bytes")
 		})
 		b.Run(fmt.Sprintf("objects=%d/store-read-only", n), func(b *testing.B) {
 			b.ReportAllocs()

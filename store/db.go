@@ -99,7 +99,12 @@ func Open(path string, opts *Options) (db *DB, err error) {
 	// sound (verifyPages) before it does, holding a shared lock so that no
 	// writer changes the file meanwhile. A read-only DB keeps that handle.
 	var bdb *bolt.DB
-	if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
+	fi, err := os.Stat(path)
+	if err == nil && fi.Size() == 0 && opts.ReadOnly {
+		// bbolt would try to initialise it through a read-only handle.
+		return nil, fmt.Errorf("%w: %s is empty", ErrForeign, path)
+	}
+	if err == nil && fi.Size() > 0 {
 		ro := *bopts
 		ro.ReadOnly = true
 		if bdb, err = openBolt(path, &ro); err != nil {

@@ -480,8 +480,11 @@ func TestEmptyBoltFile(t *testing.T) {
 func TestEmptyFile(t *testing.T) {
 	path := tempPath(t)
 	writeFile(t, path, nil)
-	if _, err := store.Open(path, &store.Options{ReadOnly: true}); err == nil {
-		t.Fatal("read-only open of an empty file succeeded")
+	if _, err := store.Open(path, &store.Options{ReadOnly: true}); !errors.Is(err, store.ErrForeign) {
+		t.Fatalf("read-only open of an empty file: %v", err)
+	}
+	if b := readFile(t, path); len(b) != 0 {
+		t.Fatal("read-only open wrote to an empty file")
 	}
 	db := openT(t, path, nil)
 	if err := db.Commit(podBatch(t, "pods", 0, 2, "5")); err != nil {
