@@ -439,6 +439,7 @@ func (s *Source) WatchWithContext(_ context.Context, options metav1.ListOptions)
 		rv, err := strconv.ParseInt(options.ResourceVersion, 10, 64)
 		if err != nil || rv > s.rv {
 			s.calls.Errors++
+			w.stopLocked() // nobody will Stop it: end its goroutine
 			return nil, tooLarge(options.ResourceVersion, s.rv)
 		}
 		if rv < s.compacted {
