@@ -200,14 +200,14 @@ func (v *pageVerifier) span(id uint64, what string, buf *[]byte) ([]byte, error)
 	if id < 2 || id >= v.hwm {
 		return nil, fmt.Errorf("%s: page %d is outside [2, %d)", what, id, v.hwm)
 	}
-	hdr, err := v.readAt(id*v.ps, bbPageHeaderSize, &v.hdr)
+	p, err := v.readAt(id*v.ps, v.ps, buf)
 	if err != nil {
 		return nil, fmt.Errorf("%s: page %d: %v", what, id, err)
 	}
-	if got := ne.Uint64(hdr[0:]); got != id {
+	if got := ne.Uint64(p[0:]); got != id {
 		return nil, fmt.Errorf("%s: page %d identifies as page %d", what, id, got)
 	}
-	overflow := uint64(ne.Uint32(hdr[12:]))
+	overflow := uint64(ne.Uint32(p[12:]))
 	if overflow >= v.hwm-id {
 		return nil, fmt.Errorf("%s: page %d: %d overflow pages pass the high-water mark %d", what, id, overflow, v.hwm)
 	}
@@ -216,6 +216,9 @@ func (v *pageVerifier) span(id uint64, what string, buf *[]byte) ([]byte, error)
 			return nil, fmt.Errorf("%s: page %d is reached twice", what, i)
 		}
 		v.mark(i)
+	}
+	if overflow == 0 {
+		return p, nil
 	}
 	return v.readAt(id*v.ps, (overflow+1)*v.ps, buf)
 }
