@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/boltinformer/boltinformer"
+	"github.com/boltinformer/boltinformer/indexer"
 	"github.com/boltinformer/boltinformer/recovery/crashtest"
 	"github.com/boltinformer/boltinformer/store"
 )
@@ -141,13 +142,13 @@ func crashChild(ctx context.Context, env *crashtest.Env) error {
 	defer func() { _ = closeDB() }()
 	lw := &markingLW{Source: src, env: env, listed: make(chan struct{})}
 	inf, err := db.NewInformer(informerName, lw, &corev1.Pod{}, 0, crashIndexers(env.BoolArg("extra")), &boltinformer.InformerOptions{
-		Resource: "pods", ListOptions: env.Arg("listopts"),
+		Resource: "pods", ListOptions: env.Arg("listopts"), Memory: memoryMode(env.BoolArg("bounded")), CacheSize: 100,
 	})
 	if err != nil {
 		return err
 	}
 	d := inf.Decision()
-	env.Mark("open", fmt.Sprintf("warm=%t reason=%s objects=%d quarantined=%q", d.Warm, d.Reason, inf.Indexer().Len(), db.Recovery().Quarantined))
+	env.Mark("open", fmt.Sprintf("warm=%t reason=%s objects=%d size=%d quarantined=%q", d.Warm, d.Reason, inf.Indexer().Len(), crashtest.FileSize(path), db.Recovery().Quarantined))
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); inf.RunWithContext(runCtx) }()
@@ -211,6 +212,13 @@ func crashChild(ctx context.Context, env *crashtest.Env) error {
 	}
 	env.Mark("closed", "rv="+want)
 	return nil
+}
+
+func memoryMode(bounded bool) indexer.Mode {
+	if bounded {
+		return boltinformer.BoundedMemory
+	}
+	return boltinformer.FullMemory
 }
 
 // fileView is what the parent knows of the file between runs.
@@ -288,6 +296,7 @@ func envInt(t *testing.T, name string, def int64) int64 {
 // crashPlan chooses each run's mode and kill point, and remembers what it
 // expects of the next start.
 type crashPlan struct {
+	path   string // the cache file
 	view   fileView
 	listop string
 	// expectWarm is what the next child's "open" mark must say.
@@ -326,10 +335,21 @@ func (p *crashPlan) next(r *crashtest.Round) crashtest.Plan {
 			mode = "backfill"
 			args["extra"], args["addidx"] = "false", "true"
 			plan.KillAfter, plan.Delay = "backfill", rnd(rng, 50*time.Millisecond)
-		case x < 90:
+		case x < 85:
 			mode = "rebuild"
 			args["extra"] = strconv.FormatBool(!v.node)
 			plan.KillAfter, plan.Delay = "open", rnd(rng, 80*time.Millisecond)
+		case x < 90:
+			// A new disk: the cold start writes everything into a new
+			// file, which bbolt grows (and remaps) as it goes.
+			mode = "new-file"
+			if err := os.Remove(p.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				panic(err)
+			}
+			v = fileView{}
+			p.view = v
+			args["base"], args["extra"] = "0", "false"
+			plan.KillAfter, plan.Delay = "list", rnd(rng, 300*time.Millisecond)
 		default:
 			mode = "cold"
 			if p.listop == "a" {
@@ -343,6 +363,7 @@ func (p *crashPlan) next(r *crashtest.Round) crashtest.Plan {
 		if rng.IntN(100) < 15 {
 			args["faults"] = "25"
 		}
+		args["bounded"] = strconv.FormatBool(rng.IntN(100) < 25)
 	} else {
 		args["verify"] = "true"
 	}
@@ -433,9 +454,16 @@ func TestCrashLoop(t *testing.T) {
 			t.Fatalf("run %d: the synced state is gone: %+v", r.Run, fs.State)
 		}
 		// The file grew in a commit the child never saw acknowledged.
-		if m, ok := r.Find("commit"); ok && r.Killed {
-			if s, ok := detailInt(m.Detail, "size"); ok && fs.Size > s {
-				stats.grown++
+		if r.Killed {
+			for i := len(r.Marks) - 1; i >= 0; i-- {
+				m := r.Marks[i]
+				if m.Name != "commit" && m.Name != "open" {
+					continue
+				}
+				if s, ok := detailInt(m.Detail, "size"); ok && fs.Size > s {
+					stats.grown++
+				}
+				break
 			}
 		}
 		stats.rvs = append(stats.rvs, fs.RV)
@@ -461,6 +489,7 @@ func TestCrashLoop(t *testing.T) {
 	if !crashtest.IsChild() {
 		dir = t.TempDir() // not in a child: a killed one would leave it behind
 	}
+	plan.path = filepath.Join(dir, "cache.db")
 	start := time.Now()
 	results := crashtest.Run(t, crashtest.Config{
 		Kills:      kills,
