@@ -336,3 +336,62 @@ func TestFlippedPayload(t *testing.T) {
 		t.Fatalf("Check: %v %v", probs, err)
 	}
 }
+
+// TestPanicInsideTransaction damages a page under an open DB (as a disk or
+// another program could): bbolt panics inside the transaction, and the
+// store returns ErrCorrupt from View, Commit and Check instead, and still
+// closes.
+func TestPanicInsideTransaction(t *testing.T) {
+	path := tempPath(t)
+	smallCache(t, path, 40)
+	db := openT(t, path, &store.Options{NoSync: true, Timeout: -1})
+	var root uint64
+	var ps int
+	if err := db.Bolt(func(b *bolt.DB) error {
+		ps = b.Info().PageSize
+		return b.View(func(tx *bolt.Tx) error {
+			root = uint64(tx.Bucket([]byte("informers")).Bucket([]byte("pods")).Bucket([]byte("objects")).Root())
+			return nil
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if root == 0 {
+		t.Fatal("objects bucket is inline; the test needs a page")
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The page now claims another id: bbolt's page check panics.
+	if _, err := f.WriteAt([]byte{0xef, 0xbe, 0xad, 0xde, 0, 0, 0, 0}, int64(root)*int64(ps)); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+
+	err = db.View(func(tx *store.Tx) error { return tx.ForEach("pods", func(string, *store.Record) error { return nil }) })
+	if !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), "read") {
+		t.Fatalf("View: %v", err)
+	}
+	if err := db.Commit(podBatch(t, "pods", 0, 1, "2")); !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("Commit: %v", err)
+	}
+	probs, err := db.Check(nil)
+	if err == nil && len(probs) == 0 {
+		t.Fatal("Check found nothing")
+	}
+	if err != nil && !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("Check: %v", err)
+	}
+	// Other informers still read.
+	if err := db.View(func(tx *store.Tx) error { _, err := tx.State("empty"); return err }); err != nil {
+		t.Fatalf("View of another informer: %v", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// And the next Open refuses the file.
+	if _, err := store.Open(path, &store.Options{Timeout: -1}); !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("reopen: %v", err)
+	}
+}
