@@ -121,6 +121,15 @@ func Open(path string, opts *Options) (db *DB, err error) {
 			_ = bdb.Close()
 			return nil, err
 		}
+		// Refuse a foreign file or another version before a read-write
+		// bbolt open, which may write (a freelist it has to rebuild).
+		if !opts.ReadOnly {
+			probe := &DB{path: path, readOnly: true, bolt: bdb}
+			if _, err := probe.checkMeta(); err != nil {
+				_ = bdb.Close()
+				return nil, err
+			}
+		}
 		if !opts.ReadOnly {
 			if err := bdb.Close(); err != nil {
 				return nil, fmt.Errorf("store: close %s: %w", path, err)
@@ -205,33 +214,11 @@ func (db *DB) init() (err error) {
 			err = corruptf("%s: %v", db.path, r)
 		}
 	}()
-	var hdr []byte
-	var foreign bool
-	err = db.bolt.View(func(tx *bolt.Tx) error {
-		if b := tx.Bucket(bucketMeta); b != nil {
-			// A "meta" bucket without our header is another program's:
-			// init writes the bucket and the header in one transaction.
-			hdr = append([]byte{}, b.Get(keyHeader)...)
-			foreign = b.Get(keyHeader) == nil
-			return nil
-		}
-		return tx.ForEach(func([]byte, *bolt.Bucket) error {
-			foreign = true
-			return nil
-		})
-	})
-	if err != nil {
-		return fmt.Errorf("store: read meta of %s: %w", db.path, err)
-	}
+	fresh, err := db.checkMeta()
 	switch {
-	case foreign:
-		return fmt.Errorf("%w: %s has buckets but no %q record in a %q bucket", ErrForeign, db.path, keyHeader, bucketMeta)
-	case hdr != nil:
-		h, err := decodeHeader(db.path, hdr)
-		if err != nil {
-			return err
-		}
-		db.created = h.Created
+	case err != nil:
+		return err
+	case !fresh:
 		return nil
 	case db.readOnly:
 		return fmt.Errorf("%w: %s is empty", ErrForeign, db.path)
@@ -252,6 +239,46 @@ func (db *DB) init() (err error) {
 	}
 	db.created = now
 	return nil
+}
+
+// checkMeta validates the meta record and sets db.created; fresh reports a
+// file without any bucket, to be initialised.
+func (db *DB) checkMeta() (fresh bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			fresh, err = false, corruptf("%s: %v", db.path, r)
+		}
+	}()
+	var hdr []byte
+	var foreign bool
+	err = db.bolt.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bucketMeta); b != nil {
+			// A "meta" bucket without our header is another program's:
+			// init writes the bucket and the header in one transaction.
+			hdr = append([]byte{}, b.Get(keyHeader)...)
+			foreign = b.Get(keyHeader) == nil
+			return nil
+		}
+		return tx.ForEach(func([]byte, *bolt.Bucket) error {
+			foreign = true
+			return nil
+		})
+	})
+	if err != nil {
+		return false, fmt.Errorf("store: read meta of %s: %w", db.path, err)
+	}
+	switch {
+	case foreign:
+		return false, fmt.Errorf("%w: %s has buckets but no %q record in a %q bucket", ErrForeign, db.path, keyHeader, bucketMeta)
+	case hdr == nil:
+		return true, nil
+	}
+	h, err := decodeHeader(db.path, hdr)
+	if err != nil {
+		return false, err
+	}
+	db.created = h.Created
+	return false, nil
 }
 
 // Path returns the file's path.

@@ -393,10 +393,10 @@ func TestVersionErrorText(t *testing.T) {
 }
 
 // boltFile creates a plain bbolt file with fn's buckets.
-func boltFile(t *testing.T, fn func(*bolt.Tx) error) string {
+func boltFile(t *testing.T, fn func(*bolt.Tx) error, opts *bolt.Options) string {
 	t.Helper()
 	path := tempPath(t)
-	b, err := bolt.Open(path, 0o600, nil)
+	b, err := bolt.Open(path, 0o600, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,7 +438,7 @@ func TestForeignBoltFile(t *testing.T) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			path := boltFile(t, c.fn)
+			path := boltFile(t, c.fn, nil)
 			before := fileHash(t, path)
 			for _, ro := range []bool{false, true} {
 				db, err := store.Open(path, &store.Options{ReadOnly: ro})
@@ -457,11 +457,40 @@ func TestForeignBoltFile(t *testing.T) {
 	}
 }
 
+// TestRejectedFileUntouched: a bbolt file written without a freelist
+// (NoFreelistSync) makes a read-write bbolt open write one; Open must
+// refuse a foreign file or another format version before that.
+func TestRejectedFileUntouched(t *testing.T) {
+	foreign := boltFile(t, func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucket([]byte("widgets"))
+		return err
+	}, &bolt.Options{NoFreelistSync: true})
+	newer := boltFile(t, func(tx *bolt.Tx) error {
+		if _, err := tx.CreateBucket([]byte("informers")); err != nil {
+			return err
+		}
+		m, err := tx.CreateBucket([]byte("meta"))
+		if err != nil {
+			return err
+		}
+		return m.Put([]byte("header"), header(magic, 2, epoch))
+	}, &bolt.Options{NoFreelistSync: true})
+	for path, want := range map[string]error{foreign: store.ErrForeign, newer: store.ErrUnsupportedVersion} {
+		before := fileHash(t, path)
+		if _, err := store.Open(path, nil); !errors.Is(err, want) {
+			t.Fatalf("Open: %v, want %v", err, want)
+		}
+		if fileHash(t, path) != before {
+			t.Fatalf("Open changed a file it refused (%v)", want)
+		}
+	}
+}
+
 // TestEmptyBoltFile: a bbolt file with no buckets at all (as bbolt.Open
 // creates it) is taken as a new cache and initialised, like an empty file;
 // read-only, it is refused as ErrForeign since it cannot be initialised.
 func TestEmptyBoltFile(t *testing.T) {
-	path := boltFile(t, nil)
+	path := boltFile(t, nil, nil)
 	before := fileHash(t, path)
 	if _, err := store.Open(path, &store.Options{ReadOnly: true}); !errors.Is(err, store.ErrForeign) {
 		t.Fatalf("read-only: %v", err)
