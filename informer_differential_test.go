@@ -55,7 +55,11 @@ func runSeeds(t *testing.T, f func(*testing.T, int64)) {
 	wg.Wait()
 }
 
-var podIndexers = cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+// podIndexers returns a new namespace index (client-go's AddIndexers adds
+// to the map it was given).
+func podIndexers() cache.Indexers {
+	return cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+}
 
 // target is one informer fed by the stream, with its own gate and two
 // handlers: early (added before Run) and late (added after sync).
@@ -289,13 +293,13 @@ func differential(t *testing.T, seed int64) {
 		}
 	})
 	cg := &target{name: "client-go", gate: newGate(s.src)}
-	cg.inf = cache.NewSharedIndexInformer(cg.gate, &corev1.Pod{}, 0, podIndexers)
+	cg.inf = cache.NewSharedIndexInformer(cg.gate, &corev1.Pod{}, 0, podIndexers())
 	full := &target{name: "full", gate: newGate(s.src)}
 	bounded := &target{name: "bounded", gate: newGate(s.src)}
-	if full.inf, err = db.NewInformer("full", full.gate, &corev1.Pod{}, 0, podIndexers, nil); err != nil {
+	if full.inf, err = db.NewInformer("full", full.gate, &corev1.Pod{}, 0, podIndexers(), nil); err != nil {
 		t.Fatal(err)
 	}
-	if bounded.inf, err = db.NewInformer("bounded", bounded.gate, &corev1.Pod{}, 0, podIndexers,
+	if bounded.inf, err = db.NewInformer("bounded", bounded.gate, &corev1.Pod{}, 0, podIndexers(),
 		&boltinformer.InformerOptions{Memory: boltinformer.BoundedMemory, CacheSize: 5}); err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +391,7 @@ func withRestarts(t *testing.T, seed int64) {
 			opts.Memory, opts.CacheSize = boltinformer.BoundedMemory, 5
 		}
 		tg := &target{name: name, gate: newGate(s.src)}
-		if ours, err = db.NewInformer("pods", tg.gate, &corev1.Pod{}, 0, podIndexers, opts); err != nil {
+		if ours, err = db.NewInformer("pods", tg.gate, &corev1.Pod{}, 0, podIndexers(), opts); err != nil {
 			t.Fatal(err)
 		}
 		tg.inf = ours

@@ -78,7 +78,7 @@ func (f *cacheFile) open(dbOpts *boltinformer.Options, opts *boltinformer.Inform
 	}
 	r := &run{t: f.t, f: f, db: db, rec: newEvRecorder("handler")}
 	f.t.Cleanup(func() { r.close() })
-	if r.inf, err = db.NewInformer("pods", f.src, &corev1.Pod{}, 0, podIndexers, opts); err != nil {
+	if r.inf, err = db.NewInformer("pods", f.src, &corev1.Pod{}, 0, podIndexers(), opts); err != nil {
 		f.t.Fatal(err)
 	}
 	if _, err := r.inf.AddEventHandler(r.rec); err != nil {
