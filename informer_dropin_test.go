@@ -61,7 +61,9 @@ func podSource(t *testing.T, n int) *crashtest.Source {
 func forEach(t *testing.T, f func(t *testing.T, build func(src cache.ListerWatcher, resync time.Duration) cache.SharedIndexInformer)) {
 	for name, newInf := range implementations() {
 		t.Run(name, func(t *testing.T) {
-			f(t, func(src cache.ListerWatcher, resync time.Duration) cache.SharedIndexInformer { return newInf(t, src, resync) })
+			f(t, func(src cache.ListerWatcher, resync time.Duration) cache.SharedIndexInformer {
+				return newInf(t, src, resync)
+			})
 		})
 	}
 }
