@@ -22,6 +22,16 @@ type indexSet struct {
 	byName map[string]map[string]sets.Set[string]
 }
 
+// validIndexers rejects index names the store cannot hold.
+func validIndexers(indexers cache.Indexers) error {
+	for name := range indexers {
+		if err := store.ValidateName(name); err != nil {
+			return fmt.Errorf("indexer: index name: %w", err)
+		}
+	}
+	return nil
+}
+
 func newIndexSet(indexers cache.Indexers) *indexSet {
 	s := &indexSet{indexers: cache.Indexers{}, byName: map[string]map[string]sets.Set[string]{}}
 	for name, f := range indexers {

@@ -143,6 +143,9 @@ func Open(db *store.DB, name string, indexers cache.Indexers, opts *Options) (*I
 	if opts == nil || opts.Example == nil {
 		return nil, errors.New("indexer: Options.Example is required")
 	}
+	if err := validIndexers(indexers); err != nil {
+		return nil, err
+	}
 	c, err := newCodec(opts)
 	if err != nil {
 		return nil, err
@@ -642,6 +645,9 @@ func (x *Indexer) AddIndexers(newIndexers cache.Indexers) error {
 	if len(conflict) > 0 {
 		sort.Strings(conflict)
 		return fmt.Errorf("%w: %v", ErrIndexConflict, conflict)
+	}
+	if err := validIndexers(newIndexers); err != nil {
+		return err
 	}
 	all := cache.Indexers{}
 	for k, v := range x.idx.indexers {

@@ -65,6 +65,12 @@ func (x *Indexer) Pending() (*store.Batch, error) {
 	b.Ops = make([]store.Op, 0, len(keys))
 	for _, k := range keys {
 		op := ops[k]
+		if err := storable(k, op); err != nil {
+			// One bad key or value must not fail every commit: it stays in
+			// memory only, and a restart will not have it.
+			x.logger.Error(err, "Object not persisted", "key", k)
+			continue
+		}
 		switch op.kind {
 		case opDelete:
 			b.Ops = append(b.Ops, store.Op{Key: k})
@@ -90,6 +96,21 @@ func (x *Indexer) Pending() (*store.Batch, error) {
 		}
 	}
 	return b, nil
+}
+
+// storable checks what the store would refuse for op.
+func storable(key string, op *pendingOp) error {
+	if err := store.ValidateKey(key); err != nil {
+		return err
+	}
+	for _, vals := range op.vals {
+		for _, v := range vals {
+			if err := store.ValidateIndexEntry(v, key); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func valueMap(names []string, vals [][]string) map[string][]string {

@@ -303,8 +303,8 @@ func (ib *informerBuckets) updateIndexEntries(key string, old, nw *Record) error
 			if contains(had, v) {
 				continue
 			}
-			if len(v) > maxKeySize {
-				return fmt.Errorf("%w: index %q value of %d bytes", ErrInvalidKey, name, len(v))
+			if err := ValidateIndexEntry(v, key); err != nil {
+				return fmt.Errorf("index %q: %w", name, err)
 			}
 			if err := b.Put(indexEntryKey(v, key), nil); err != nil {
 				return err

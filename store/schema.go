@@ -104,6 +104,27 @@ func validKey(key string) error {
 	return nil
 }
 
+// ValidateKey returns an error wrapping ErrInvalidKey if key cannot be
+// stored as an object key. Sources check it so that one bad key never
+// fails a whole group commit over and over.
+func ValidateKey(key string) error { return validKey(key) }
+
+// ValidateName returns an error wrapping ErrInvalidName if name cannot be
+// an informer or index name.
+func ValidateName(name string) error { return validName(name) }
+
+// ValidateIndexEntry returns an error wrapping ErrInvalidKey if value of
+// key does not fit in an index bucket's key.
+func ValidateIndexEntry(value, key string) error {
+	if len(value) > maxKeySize || len(value)+1+len(key) > maxIndexEntrySize {
+		return fmt.Errorf("%w: index value of %d bytes for key %q is too long", ErrInvalidKey, len(value), key)
+	}
+	return nil
+}
+
+// maxIndexEntrySize is bbolt's key size limit.
+const maxIndexEntrySize = 32768
+
 func validName(name string) error {
 	if name == "" || len(name) > 1024 || strings.IndexByte(name, 0) >= 0 {
 		return fmt.Errorf("%w: %q", ErrInvalidName, name)
