@@ -2,12 +2,15 @@ package boltinformer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	bolt "go.etcd.io/bbolt"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -65,6 +68,8 @@ type DB struct {
 	metrics   *metrics
 	reg       prometheus.Registerer
 
+	failOnCorrupt bool
+
 	// mu guards informers and closed.
 	mu        sync.Mutex
 	informers map[string]*Informer
@@ -108,12 +113,13 @@ func Open(path string, opts *Options) (*DB, error) {
 		return nil, fmt.Errorf("boltinformer: open %s: %w", path, err)
 	}
 	db := &DB{
-		store:     sdb,
-		report:    report,
-		logger:    logger,
-		clock:     o.Clock,
-		informers: map[string]*Informer{},
-		done:      make(chan struct{}),
+		failOnCorrupt: o.FailOnCorrupt,
+		store:         sdb,
+		report:        report,
+		logger:        logger,
+		clock:         o.Clock,
+		informers:     map[string]*Informer{},
+		done:          make(chan struct{}),
 	}
 	db.metrics = newMetrics(db)
 	userOnCommit := o.OnCommit
@@ -144,6 +150,31 @@ func Open(path string, opts *Options) (*DB, error) {
 		db.committer.Run(ctx)
 	}()
 	return db, nil
+}
+
+// keepCopy writes a consistent copy of the file to
+// <path>.corrupt-<UTC time> (never overwriting a file) and returns its
+// name: what is kept when a damaged record is found after Open, which
+// cannot rename a file its other informers use.
+func (db *DB) keepCopy() (string, error) {
+	base := db.store.Path() + ".corrupt-" + db.clock.Now().UTC().Format("20060102T150405Z")
+	aside := base
+	for i := 1; ; i++ {
+		if _, err := os.Lstat(aside); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if i > 100 {
+			return "", fmt.Errorf("boltinformer: no free name for a copy of %s", db.store.Path())
+		}
+		aside = fmt.Sprintf("%s.%d", base, i)
+	}
+	err := db.store.Bolt(func(b *bolt.DB) error {
+		return b.View(func(tx *bolt.Tx) error { return tx.CopyFile(aside, 0o600) })
+	})
+	if err != nil {
+		return "", fmt.Errorf("boltinformer: keep a copy of %s: %w", db.store.Path(), err)
+	}
+	return aside, nil
 }
 
 // Store returns the underlying store (for inspection and tests).

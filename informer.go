@@ -143,7 +143,9 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		// rather than erase it with the next commit.
 		identity.ClusterID = saved.ClusterID
 	}
+	var damaged error // a state or object record that does not decode
 	if err != nil {
+		damaged = err
 		decision = recovery.Decision{Reason: recovery.ReasonCorrupt, Detail: err.Error()}
 	}
 	iopts := &indexer.Options{
@@ -156,10 +158,27 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		Identity:  identity,
 		Logger:    &logger,
 	}
-	idx, err := indexer.Open(db.store, name, indexers, iopts)
-	if err != nil && errors.Is(err, store.ErrCorrupt) && decision.Warm {
-		// A damaged record: start cold; the new list replaces the old data.
-		decision = recovery.Decision{Reason: recovery.ReasonCorrupt, Detail: err.Error()}
+	var idx *indexer.Indexer
+	if damaged == nil {
+		idx, err = indexer.Open(db.store, name, indexers, iopts)
+		if err != nil && errors.Is(err, store.ErrCorrupt) && decision.Warm {
+			damaged = err
+			decision = recovery.Decision{Reason: recovery.ReasonCorrupt, Detail: err.Error()}
+		}
+	}
+	if damaged != nil {
+		// A damaged record: with FailOnCorrupt, the error; else start cold
+		// (the new list replaces the old data) after keeping a copy of the
+		// file, since the replacement deletes the damaged record.
+		if db.failOnCorrupt {
+			return nil, fmt.Errorf("boltinformer: informer %q: %w", name, damaged)
+		}
+		aside, cerr := db.keepCopy()
+		if cerr != nil {
+			return nil, fmt.Errorf("boltinformer: informer %q: %w", name, errors.Join(damaged, cerr))
+		}
+		logger.Error(damaged, "Damaged record: kept a copy of the cache file and starting cold", "copy", aside)
+		decision.Detail += "; a copy of the file is kept at " + aside
 		iopts.Fresh = true
 		idx, err = indexer.Open(db.store, name, indexers, iopts)
 	}

@@ -320,7 +320,13 @@ func openDamaged(t *testing.T, dir, path string, damaged []byte, want outcome, f
 	}
 	inf, err := db.NewInformer(informerName, src, &corev1.Pod{}, 0, crashIndexers(true), &boltinformer.InformerOptions{Resource: "pods"})
 	if err != nil {
-		t.Fatalf("NewInformer: %v", err)
+		// FailOnCorrupt: a damaged record found when loading is the error.
+		if failOnCorrupt && (want == coldStart || want == detected) && errors.Is(err, store.ErrCorrupt) {
+			must(t, db.Close())
+			untouched()
+			return "refused"
+		}
+		t.Fatalf("NewInformer (FailOnCorrupt=%t, want %s): %v", failOnCorrupt, want, err)
 	}
 	dec := inf.Decision()
 	switch {
@@ -330,11 +336,19 @@ func openDamaged(t *testing.T, dir, path string, damaged []byte, want outcome, f
 		}
 	case dec.Reason == recovery.ReasonCorrupt:
 		what = "cold-start"
-		if want != coldStart && want != detected {
-			t.Fatalf("cold start over a damaged record (%s), want %s", dec.Detail, want)
+		if want != coldStart && want != detected || failOnCorrupt {
+			t.Fatalf("cold start (FailOnCorrupt=%t) over a damaged record (%s), want %s", failOnCorrupt, dec.Detail, want)
 		}
+		// The cold start deletes the damaged record: a copy of the file
+		// is kept first.
+		q, err := crashtest.Quarantined(dir)
+		must(t, err)
+		if len(q) != 1 || !strings.Contains(dec.Detail, q[0]) {
+			t.Fatalf("copies %v, decision %q", q, dec.Detail)
+		}
+		sameContent(t, q[0], damaged)
 	case want == coldStart:
-		t.Fatalf("decision %+v, want a cold start over the damaged record", dec)
+		t.Fatalf("decision %+v (FailOnCorrupt=%t), want a cold start over the damaged record", dec, failOnCorrupt)
 	case dec.Warm:
 		what = "warm"
 	}
@@ -367,6 +381,43 @@ func openDamaged(t *testing.T, dir, path string, damaged []byte, want outcome, f
 		what = "warm-repaired"
 	}
 	return what
+}
+
+// sameContent checks that the bbolt file at path holds the same buckets,
+// keys and values as the file image want.
+func sameContent(t *testing.T, path string, want []byte) {
+	t.Helper()
+	img := filepath.Join(t.TempDir(), "want.db")
+	must(t, os.WriteFile(img, want, 0o600))
+	dump := func(p string) map[string]string {
+		db, err := bolt.Open(p, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+		must(t, err)
+		defer db.Close()
+		out := map[string]string{}
+		var walk func(prefix string, b *bolt.Bucket) error
+		walk = func(prefix string, b *bolt.Bucket) error {
+			return b.ForEach(func(k, v []byte) error {
+				if v == nil {
+					return walk(prefix+string(k)+"/", b.Bucket(k))
+				}
+				out[prefix+string(k)] = string(v)
+				return nil
+			})
+		}
+		must(t, db.View(func(tx *bolt.Tx) error {
+			return tx.ForEach(func(name []byte, b *bolt.Bucket) error { return walk(string(name)+"/", b) })
+		}))
+		return out
+	}
+	got, exp := dump(path), dump(img)
+	if len(got) != len(exp) {
+		t.Fatalf("the copy %s holds %d values, the damaged file %d", path, len(got), len(exp))
+	}
+	for k, v := range exp {
+		if got[k] != v {
+			t.Fatalf("the copy %s differs from the damaged file at %q", path, k)
+		}
+	}
 }
 
 func removeQuarantined(t *testing.T, dir string) {
