@@ -1,0 +1,410 @@
+package boltinformer_test
+
+// Benchmarks side by side with client-go (test tier 6):
+//
+//   - BenchmarkTimeToSynced: from start to HasSynced for 10k Pods (100k
+//     with BOLTINFORMER_BENCH_LARGE=1): client-go's cold list, ours cold,
+//     ours warm from the file (full and bounded memory). The cold lists
+//     decode a protobuf PodList as a client does with a kube-apiserver's
+//     answer ("wire"); "memory" variants hand over the Source's objects
+//     without any decoding, a lower bound no real client reaches.
+//   - BenchmarkIngest: steady-state watch events per second until the last
+//     one reached a handler and, for ours, a Flush made it durable with the
+//     default options (fsync'd group commits), against client-go in memory.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/boltinformer/boltinformer"
+	"github.com/boltinformer/boltinformer/internal/testobj"
+	"github.com/boltinformer/boltinformer/recovery/crashtest"
+)
+
+func benchObjects() int {
+	if os.Getenv("BOLTINFORMER_BENCH_LARGE") == "1" {
+		return 100_000
+	}
+	return 10_000
+}
+
+var podProto = protobuf.NewSerializer(scheme.Scheme, scheme.Scheme)
+
+// wireLW answers lists by decoding a protobuf PodList encoded once from
+// its Source (the client's share of a list from kube-apiserver, without
+// the network and the server), and watches from the Source.
+type wireLW struct {
+	src  *crashtest.Source
+	body []byte
+	rv   string
+}
+
+func newWireLW(b *testing.B, src *crashtest.Source) *wireLW {
+	b.Helper()
+	list, err := src.List(metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := scheme.Codecs.EncoderForVersion(podProto, corev1.SchemeGroupVersion).Encode(list, &buf); err != nil {
+		b.Fatal(err)
+	}
+	return &wireLW{src: src, body: buf.Bytes(), rv: list.(*corev1.PodList).ResourceVersion}
+}
+
+func (w *wireLW) IsWatchListSemanticsUnSupported() bool { return true }
+
+func (w *wireLW) List(metav1.ListOptions) (k8sruntime.Object, error) {
+	obj, _, err := podProto.Decode(w.body, nil, &corev1.PodList{})
+	return obj, err
+}
+
+func (w *wireLW) Watch(o metav1.ListOptions) (watch.Interface, error) { return w.src.Watch(o) }
+
+// countHandler counts events (a handler for the registration the
+// benchmark waits on).
+type countHandler struct{ n atomic.Int64 }
+
+func (c *countHandler) OnAdd(any, bool)   { c.n.Add(1) }
+func (c *countHandler) OnUpdate(_, _ any) { c.n.Add(1) }
+func (c *countHandler) OnDelete(any)      {}
+
+func quietDB() *boltinformer.Options { return &boltinformer.Options{Logger: &quietLogger} }
+
+func benchPath(b *testing.B, name string) string { return filepath.Join(b.TempDir(), name) }
+
+// cpuTime returns the CPU time (user and system, all threads) the process
+// has used: on a shared machine it varies less than the wall time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// timer accumulates a benchmark's custom durations, reported as means.
+type timer struct {
+	b     *testing.B
+	total map[string]time.Duration
+}
+
+func newTimer(b *testing.B) *timer { return &timer{b: b, total: map[string]time.Duration{}} }
+
+func (t *timer) add(unit string, d time.Duration) { t.total[unit] += d }
+
+func (t *timer) report() {
+	for unit, d := range t.total {
+		t.b.ReportMetric(float64(d.Microseconds())/1000/float64(t.b.N), unit)
+	}
+}
+
+// runUntilSynced runs inf with one handler until the informer has synced
+// (the time is added as ms-to-synced) and the handler has handled the
+// initial list (ms-to-handler-synced), measured from start; it returns a
+// stop function.
+func runUntilSynced(b *testing.B, tm *timer, start time.Time, cpu0 time.Duration, inf cache.SharedIndexInformer) (stop func()) {
+	b.Helper()
+	reg, err := inf.AddEventHandler(&countHandler{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		inf.RunWithContext(ctx)
+	}()
+	<-inf.HasSyncedChecker().Done()
+	tm.add("ms-to-synced", time.Since(start))
+	<-reg.HasSyncedChecker().Done()
+	tm.add("ms-to-handler-synced", time.Since(start))
+	tm.add("cpu-ms-to-handler-synced", cpuTime()-cpu0)
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+func BenchmarkTimeToSynced(b *testing.B) {
+	n := benchObjects()
+	b.Run(fmt.Sprintf("objects=%d", n), func(b *testing.B) {
+		src := newPodSource()
+		for i := range n {
+			if _, err := src.Create(testobj.Pod(i, 10, 5, "")); err != nil {
+				b.Fatal(err)
+			}
+		}
+		wire := newWireLW(b, src)
+
+		// The warm file, written once by a cold run.
+		warmPath := benchPath(b, "warm.db")
+		{
+			db, err := boltinformer.Open(warmPath, quietDB())
+			if err != nil {
+				b.Fatal(err)
+			}
+			inf, err := db.NewInformer("pods", src, &corev1.Pod{}, 0, podIndexers(), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			stop := runUntilSynced(b, newTimer(b), time.Now(), cpuTime(), inf)
+			stop()
+			if err := db.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		fi, err := os.Stat(warmPath)
+		if err != nil {
+			b.Fatal(err)
+		}
+
+		clientGo := func(lw cache.ListerWatcher) func(b *testing.B) {
+			return func(b *testing.B) {
+				b.ReportAllocs()
+				tm := newTimer(b)
+				for range b.N {
+					b.StopTimer()
+					runtime.GC()
+					b.StartTimer()
+					start, cpu0 := time.Now(), cpuTime()
+					inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, podIndexers())
+					stop := runUntilSynced(b, tm, start, cpu0, inf)
+					b.StopTimer()
+					stop()
+					b.StartTimer()
+				}
+				tm.report()
+			}
+		}
+		b.Run("client-go/cold/wire", clientGo(wire))
+		b.Run("client-go/cold/memory", clientGo(src))
+
+		b.Run("boltinformer/cold/wire", func(b *testing.B) {
+			b.ReportAllocs()
+			tm := newTimer(b)
+			for i := range b.N {
+				b.StopTimer()
+				runtime.GC()
+				b.StartTimer()
+				start, cpu0 := time.Now(), cpuTime()
+				db, err := boltinformer.Open(benchPath(b, fmt.Sprintf("cold-%d.db", i)), quietDB())
+				if err != nil {
+					b.Fatal(err)
+				}
+				inf, err := db.NewInformer("pods", wire, &corev1.Pod{}, 0, podIndexers(), nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				stop := runUntilSynced(b, tm, start, cpu0, inf)
+				if err := db.Flush(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				tm.add("ms-to-committed", time.Since(start))
+				b.StopTimer()
+				stop()
+				if err := db.Close(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			tm.report()
+		})
+
+		warm := func(opts *boltinformer.InformerOptions) func(b *testing.B) {
+			return func(b *testing.B) {
+				b.ReportAllocs()
+				tm := newTimer(b)
+				for range b.N {
+					b.StopTimer()
+					runtime.GC()
+					src.ResetCalls()
+					b.StartTimer()
+					start, cpu0 := time.Now(), cpuTime()
+					db, err := boltinformer.Open(warmPath, quietDB())
+					if err != nil {
+						b.Fatal(err)
+					}
+					inf, err := db.NewInformer("pods", wire, &corev1.Pod{}, 0, podIndexers(), opts)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if !inf.Decision().Warm {
+						b.Fatalf("cold: %+v", inf.Decision())
+					}
+					stop := runUntilSynced(b, tm, start, cpu0, inf)
+					b.StopTimer()
+					stop()
+					if err := db.Close(); err != nil {
+						b.Fatal(err)
+					}
+					if c := src.Calls(); c.Lists != 0 {
+						b.Fatalf("a warm start listed: %v", c.Log)
+					}
+					b.StartTimer()
+				}
+				tm.report()
+				b.ReportMetric(float64(fi.Size())/float64(n), "file-bytes/obj")
+			}
+		}
+		b.Run("boltinformer/warm/full", warm(nil))
+		b.Run("boltinformer/warm/bounded", warm(&boltinformer.InformerOptions{Memory: boltinformer.BoundedMemory}))
+	})
+}
+
+// feedLW lists a fixed set of Pods and serves one watch fed by the
+// benchmark.
+type feedLW struct {
+	list *corev1.PodList
+	w    *feedWatch
+}
+
+type feedWatch struct {
+	ch       chan watch.Event
+	stopOnce sync.Once
+	stopped  chan struct{}
+}
+
+func (w *feedWatch) Stop()                          { w.stopOnce.Do(func() { close(w.stopped) }) }
+func (w *feedWatch) ResultChan() <-chan watch.Event { return w.ch }
+
+func (f *feedLW) IsWatchListSemanticsUnSupported() bool { return true }
+
+func (f *feedLW) List(metav1.ListOptions) (k8sruntime.Object, error) { return f.list.DeepCopy(), nil }
+
+func (f *feedLW) Watch(metav1.ListOptions) (watch.Interface, error) { return f.w, nil }
+
+// lastRVHandler closes done when it gets the update with resourceVersion
+// want.
+type lastRVHandler struct {
+	mu   sync.Mutex
+	want string
+	done chan struct{}
+}
+
+func (h *lastRVHandler) expect(rv string) <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.want, h.done = rv, make(chan struct{})
+	return h.done
+}
+
+func (h *lastRVHandler) OnAdd(any, bool) {}
+func (h *lastRVHandler) OnDelete(any)    {}
+func (h *lastRVHandler) OnUpdate(_, obj any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done != nil && obj.(*corev1.Pod).ResourceVersion == h.want {
+		close(h.done)
+		h.done = nil
+	}
+}
+
+func BenchmarkIngest(b *testing.B) {
+	const keys, perIter = 1000, 10_000
+	base := make([]*corev1.Pod, keys)
+	list := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}
+	for i := range keys {
+		base[i] = testobj.Pod(i, 10, 5, "1")
+		list.Items = append(list.Items, *base[i])
+	}
+	type setup func(b *testing.B, lw cache.ListerWatcher) (inf cache.SharedIndexInformer, flush func() error, close func())
+	impls := []struct {
+		name  string
+		setup setup
+	}{
+		{"client-go", func(_ *testing.B, lw cache.ListerWatcher) (cache.SharedIndexInformer, func() error, func()) {
+			return cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, podIndexers()), func() error { return nil }, func() {}
+		}},
+		{"boltinformer/full", oursIngest(nil)},
+		{"boltinformer/bounded", oursIngest(&boltinformer.InformerOptions{Memory: boltinformer.BoundedMemory})},
+	}
+	for _, impl := range impls {
+		b.Run(impl.name, func(b *testing.B) {
+			lw := &feedLW{list: list, w: &feedWatch{ch: make(chan watch.Event, perIter), stopped: make(chan struct{})}}
+			inf, flush, closeDB := impl.setup(b, lw)
+			h := &lastRVHandler{}
+			if _, err := inf.AddEventHandler(h); err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				inf.RunWithContext(ctx)
+			}()
+			defer func() {
+				cancel()
+				<-done
+				closeDB()
+			}()
+			<-inf.HasSyncedChecker().Done()
+			rv := int64(1)
+			events := make([]watch.Event, perIter)
+			var elapsed, cpu time.Duration
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				for j := range events {
+					rv++
+					p := base[j%keys].DeepCopy()
+					p.ResourceVersion = strconv.FormatInt(rv, 10)
+					p.Status.ContainerStatuses[0].RestartCount = int32(rv)
+					events[j] = watch.Event{Type: watch.Modified, Object: p}
+				}
+				last := h.expect(strconv.FormatInt(rv, 10))
+				runtime.GC()
+				b.StartTimer()
+				start, cpu0 := time.Now(), cpuTime()
+				for _, e := range events {
+					lw.w.ch <- e
+				}
+				<-last
+				if err := flush(); err != nil {
+					b.Fatal(err)
+				}
+				elapsed += time.Since(start)
+				cpu += cpuTime() - cpu0
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N*perIter)/elapsed.Seconds(), "events/s")
+			b.ReportMetric(float64(cpu.Nanoseconds())/1000/float64(b.N*perIter), "cpu-us/event")
+		})
+	}
+}
+
+func oursIngest(opts *boltinformer.InformerOptions) func(b *testing.B, lw cache.ListerWatcher) (cache.SharedIndexInformer, func() error, func()) {
+	return func(b *testing.B, lw cache.ListerWatcher) (cache.SharedIndexInformer, func() error, func()) {
+		db, err := boltinformer.Open(benchPath(b, "ingest.db"), quietDB())
+		if err != nil {
+			b.Fatal(err)
+		}
+		inf, err := db.NewInformer("pods", lw, &corev1.Pod{}, 0, podIndexers(), opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return inf, func() error { return db.Flush(context.Background()) }, func() {
+			if err := db.Close(); err != nil {
+				b.Error(err)
+			}
+		}
+	}
+}
