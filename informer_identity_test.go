@@ -30,18 +30,22 @@ func dropAnnotations(obj any) (any, error) {
 	return obj, nil
 }
 
-// fileState reads informer "pods" from the open DB's file: its state
-// record and its object keys.
-func fileState(t *testing.T, db *boltinformer.DB) (*store.State, []string) {
+// fileState reads an informer (default "pods") from the open DB's file:
+// its state record and its object keys.
+func fileState(t *testing.T, db *boltinformer.DB, informer ...string) (*store.State, []string) {
+	name := "pods"
+	if len(informer) > 0 {
+		name = informer[0]
+	}
 	t.Helper()
 	var st *store.State
 	var keys []string
 	err := db.Store().View(func(tx *store.Tx) error {
 		var err error
-		if st, err = tx.State("pods"); err != nil {
+		if st, err = tx.State(name); err != nil {
 			return err
 		}
-		return tx.ForEach("pods", func(key string, _ *store.Record) error {
+		return tx.ForEach(name, func(key string, _ *store.Record) error {
 			keys = append(keys, key)
 			return nil
 		})
@@ -50,7 +54,7 @@ func fileState(t *testing.T, db *boltinformer.DB) (*store.State, []string) {
 		t.Fatal(err)
 	}
 	if st == nil {
-		t.Fatal("no state record for pods")
+		t.Fatalf("no state record for %s", name)
 	}
 	return st, keys
 }
