@@ -72,6 +72,7 @@ func TestFleetRestart(t *testing.T) {
 	t.Logf("%d agents: created %d Pods in %s", n, n*fleetPodsPerNode, time.Since(start).Round(time.Millisecond))
 	base := c.RESTConfig()
 	dir := t.TempDir()
+	time.Sleep(5 * time.Second) // let the apiserver settle after the seeding
 	idle := idleRate(t, c, 3*time.Second)
 	t.Logf("apiserver idle: %.1f ms CPU per second", idle*1000)
 	startClientGo := func(i int, m *meter) (*agent, error) {
