@@ -83,6 +83,7 @@ type stream struct {
 	next    int  // number of the next Pod to create
 	rev     int  // number of the next update
 	fresh   bool // a watch (re)started and has carried no event yet
+	deleted []string
 	expires int
 }
 
@@ -129,17 +130,42 @@ func (s *stream) delete() {
 		if err := s.src.Delete(key); err != nil {
 			s.t.Fatal(err)
 		}
+		s.deleted = append(s.deleted, key)
 	}
 }
 
 func (s *stream) mutate() {
-	switch r := s.rng.Intn(9); {
+	switch r := s.rng.Intn(10); {
 	case r < 3:
 		s.create()
 	case r < 7:
 		s.update()
-	default:
+	case r < 9:
 		s.delete()
+	default:
+		s.recreate()
+	}
+}
+
+// recreate creates again an object deleted before: same key, new UID.
+func (s *stream) recreate() {
+	s.t.Helper()
+	if len(s.deleted) == 0 {
+		s.create()
+		return
+	}
+	i := s.rng.Intn(len(s.deleted))
+	key := s.deleted[i]
+	s.deleted = append(s.deleted[:i], s.deleted[i+1:]...)
+	var ns string
+	var n int
+	if _, err := fmt.Sscanf(key, "ns-%1s/pod-%06d", &ns, &n); err != nil {
+		s.t.Fatalf("key %s: %v", key, err)
+	}
+	p := testobj.Pod(n, 3, 2, "")
+	p.UID = "" // the Source gives it a new one
+	if _, err := s.src.Create(p); err != nil {
+		s.t.Fatal(err)
 	}
 }
 
