@@ -504,7 +504,7 @@ func TestCrashLoop(t *testing.T) {
 	if len(results) == 0 {
 		return
 	}
-	if os.Getenv("CRASH_DEBUG") != "" {
+	if os.Getenv("BOLTINFORMER_CRASH_VERBOSE") != "" {
 		for _, r := range results {
 			var b strings.Builder
 			for _, m := range r.Marks {

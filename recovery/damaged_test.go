@@ -247,7 +247,7 @@ func TestFlippedBytes(t *testing.T) {
 	good := pristine(t, path)
 	leaves := leafPages(good)
 	counts := map[string]int{}
-	seeds := uint64(envInt(t, "FLIP_SEEDS", 40))
+	seeds := uint64(envInt(t, "BOLTINFORMER_FLIP_SEEDS", 40))
 	for seed := uint64(0); seed < seeds; seed++ {
 		r := rand.New(rand.NewPCG(seed, 99))
 		b := append([]byte(nil), good...)

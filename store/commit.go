@@ -82,6 +82,10 @@ func (db *DB) Commit(batches ...*Batch) error {
 type informerBuckets struct {
 	root, objects, indexes *bolt.Bucket
 	index                  map[string]*bolt.Bucket
+	// fresh are the index buckets this transaction created: the values
+	// old records hold for them are stale (left by a dropped index of that
+	// name) and stand for no entry.
+	fresh map[string]bool
 }
 
 func openInformer(tx *bolt.Tx, name string) (*informerBuckets, error) {
@@ -93,7 +97,7 @@ func openInformer(tx *bolt.Tx, name string) (*informerBuckets, error) {
 	if err != nil {
 		return nil, err
 	}
-	ib := &informerBuckets{root: root, index: map[string]*bolt.Bucket{}}
+	ib := &informerBuckets{root: root, index: map[string]*bolt.Bucket{}, fresh: map[string]bool{}}
 	if ib.objects, err = root.CreateBucketIfNotExists(bucketObjects); err != nil {
 		return nil, err
 	}
@@ -109,6 +113,9 @@ func (ib *informerBuckets) indexBucket(name string) (*bolt.Bucket, error) {
 	}
 	if err := validName(name); err != nil {
 		return nil, err
+	}
+	if ib.indexes.Bucket([]byte(name)) == nil {
+		ib.fresh[name] = true
 	}
 	b, err := ib.indexes.CreateBucketIfNotExists([]byte(name))
 	if err != nil {
@@ -278,10 +285,11 @@ func (ib *informerBuckets) updateIndexEntries(key string, old, nw *Record) error
 	}
 	for name, vals := range oldSet {
 		keep := newSet[name]
-		// An index dropped since the old record was written has no bucket:
-		// its stale values are forgotten, not recreated.
+		// An index dropped since the old record was written has no bucket
+		// (or one this transaction created): its stale values are
+		// forgotten, not recreated.
 		b := ib.indexes.Bucket([]byte(name))
-		if b == nil {
+		if b == nil || ib.fresh[name] {
 			continue
 		}
 		for _, v := range vals {
@@ -294,10 +302,13 @@ func (ib *informerBuckets) updateIndexEntries(key string, old, nw *Record) error
 		}
 	}
 	for name, vals := range newSet {
-		had := oldSet[name]
 		b, err := ib.indexBucket(name)
 		if err != nil {
 			return err
+		}
+		had := oldSet[name]
+		if ib.fresh[name] {
+			had = nil // stale values of a dropped index: no entries
 		}
 		for _, v := range vals {
 			if contains(had, v) {
