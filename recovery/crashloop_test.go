@@ -203,6 +203,9 @@ func crashChild(ctx context.Context, env *crashtest.Env) error {
 	if err := crashtest.Compare(inf.GetIndexer().List(), src.Objects()); err != nil {
 		return err
 	}
+	if err := compareIndexes(inf.GetIndexer(), src.Objects()); err != nil {
+		return err
+	}
 	if err := inf.Health().CommitError; err != "" {
 		return errors.New(err)
 	}
@@ -219,6 +222,37 @@ func memoryMode(bounded bool) indexer.Mode {
 		return boltinformer.BoundedMemory
 	}
 	return boltinformer.FullMemory
+}
+
+// compareIndexes checks every index of the informer's indexer against the
+// index functions applied to the true objects.
+func compareIndexes(x cache.Indexer, objs map[string]runtime.Object) error {
+	for name, f := range x.GetIndexers() {
+		want := map[string][]string{}
+		for k, o := range objs {
+			vals, err := f(o)
+			if err != nil {
+				return err
+			}
+			for _, v := range vals {
+				want[v] = append(want[v], k)
+			}
+		}
+		for v, keys := range want {
+			sort.Strings(keys)
+			got, err := x.IndexKeys(name, v)
+			if err != nil {
+				return err
+			}
+			if strings.Join(got, ",") != strings.Join(keys, ",") {
+				return fmt.Errorf("index %q value %q: keys %v, want %v", name, v, got, keys)
+			}
+		}
+		if got := x.ListIndexFuncValues(name); len(got) != len(want) {
+			return fmt.Errorf("index %q has %d values, want %d", name, len(got), len(want))
+		}
+	}
+	return nil
 }
 
 // fileView is what the parent knows of the file between runs.
