@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/boltinformer/boltinformer"
@@ -99,6 +100,15 @@ func (l *markingLW) ListWithContext(ctx context.Context, o metav1.ListOptions) (
 		l.once.Do(func() { close(l.listed) })
 	}
 	return l.Source.ListWithContext(ctx, o)
+}
+
+func (l *markingLW) Watch(o metav1.ListOptions) (watch.Interface, error) {
+	return l.WatchWithContext(context.Background(), o)
+}
+
+func (l *markingLW) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	l.env.Mark("watch", "rv="+o.ResourceVersion)
+	return l.Source.WatchWithContext(ctx, o)
 }
 
 // errInjected is the fault a child's BeforeCommit injects.
@@ -276,6 +286,7 @@ type crashStats struct {
 	faulted   int // runs with injected commit faults
 	warm      int
 	cold      int
+	resumes   int // warm starts whose first call was a watch from the saved rv
 	rvs       []int64
 	sizes     []int64
 	objects   []int
@@ -283,8 +294,8 @@ type crashStats struct {
 
 func (s *crashStats) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "kills=%d exited-before-kill=%d warm-starts=%d cold-starts=%d killed-in-commit=%d killed-after-growth=%d runs-with-faults=%d\n",
-		s.kills, s.exited, s.warm, s.cold, s.inCommit, s.grown, s.faulted)
+	fmt.Fprintf(&b, "kills=%d exited-before-kill=%d warm-starts=%d (watch resumed from the saved rv: %d) cold-starts=%d killed-in-commit=%d killed-after-growth=%d runs-with-faults=%d\n",
+		s.kills, s.exited, s.warm, s.resumes, s.cold, s.inCommit, s.grown, s.faulted)
 	fmt.Fprintf(&b, "modes: %s\n", sortedCounts(s.modes))
 	fmt.Fprintf(&b, "last mark at kill: %s\n", sortedCounts(s.lastMarks))
 	if n := len(s.rvs); n > 0 {
@@ -469,6 +480,18 @@ func TestCrashLoop(t *testing.T) {
 			}
 			if !strings.Contains(m.Detail, `quarantined=""`) {
 				t.Errorf("run %d: the file was quarantined: %s", r.Run, m.Detail)
+			}
+			// A warm start resumes the watch from the saved
+			// resourceVersion, without a LIST first.
+			for _, m := range r.Marks {
+				if !warm || (m.Name != "watch" && m.Name != "list") {
+					continue
+				}
+				if want := "rv=" + strconv.FormatInt(plan.view.rv, 10); m.Name != "watch" || m.Detail != want {
+					t.Errorf("run %d: a warm start's first call was %s %s, want watch %s", r.Run, m.Name, m.Detail, want)
+				}
+				stats.resumes++
+				break
 			}
 		}
 		fs, err := crashtest.VerifyFile(path, informerName, h.StateAt, &crashtest.VerifyOptions{Indexers: crashIndexers(true)})
