@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
 
 	"github.com/boltinformer/boltinformer"
 )
@@ -100,7 +101,8 @@ func TestPodsOnNode(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := pods.Delete(t.Context(), fmt.Sprintf("p-node-1-%04d", i), metav1.DeleteOptions{}); err != nil {
+		// No kubelet runs: a graceful delete would leave the Pod Terminating.
+		if err := pods.Delete(t.Context(), fmt.Sprintf("p-node-1-%04d", i), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -115,6 +117,9 @@ func TestPodsOnNode(t *testing.T) {
 	}
 	a2.start()
 	want := waitConverged(t, inf2, serverList, time.Minute)
+	if len(want) != selectorPods {
+		t.Fatalf("the server lists %d Pods on node-1 after the changes, want %d (10 created, 10 deleted)", len(want), selectorPods)
+	}
 	onlyNode1(inf2)
 	reqs := restartAssertions(t, a2, "pods", saved)
 	t.Logf("node-1's agent: %d Pods after the warm restart; requests %v", len(want), reqs)
@@ -156,7 +161,7 @@ func TestCustomResource(t *testing.T) {
 				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
 					Type: "object",
 					Properties: map[string]apiextensionsv1.JSONSchemaProps{
-						"spec": {Type: "object", XPreserveUnknownFields: ptrTo(true)},
+						"spec": {Type: "object", XPreserveUnknownFields: ptr.To(true)},
 					},
 				}},
 			}},
@@ -271,4 +276,3 @@ func TestCustomResource(t *testing.T) {
 	t.Logf("widgets: %d after the warm restart; requests %v", len(want), reqs)
 }
 
-func ptrTo[T any](v T) *T { return &v }

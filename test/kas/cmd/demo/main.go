@@ -33,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/boltinformer/boltinformer/store"
 	"github.com/boltinformer/boltinformer/test/kas/harness"
@@ -305,7 +306,8 @@ func churn(ctx context.Context, cs kubernetes.Interface, c config) error {
 		if _, err := pods.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
 			return err
 		}
-		return pods.Delete(ctx, fmt.Sprintf("edge-%05d", c.pods-1-i), metav1.DeleteOptions{})
+		// No kubelet runs: a graceful delete would leave the Pod Terminating.
+		return pods.Delete(ctx, fmt.Sprintf("edge-%05d", c.pods-1-i), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	}); err != nil {
 		return fmt.Errorf("churn pods: %w", err)
 	}
