@@ -30,6 +30,7 @@ func TestDropInHandlersJoinWhileBusy(t *testing.T) {
 		// The stream runs in its own goroutine without waiting for the
 		// informer; handlers join from this one meanwhile.
 		rng := rand.New(rand.NewSource(8))
+		streamRNG := rand.New(rand.NewSource(9))
 		done := make(chan error, 1)
 		go func() {
 			done <- func() error {
@@ -39,11 +40,11 @@ func TestDropInHandlersJoinWhileBusy(t *testing.T) {
 					case r < 4:
 						_, err = s.src.Create(podFor(s, i))
 					case r < 8:
-						if key, ok := pickFrom(rng, s.src.Objects()); ok {
+						if key, ok := pickFrom(streamRNG, s.src.Objects()); ok {
 							_, err = s.src.Update(bumpPod(s.src.Objects()[key], i))
 						}
 					default:
-						if key, ok := pickFrom(rng, s.src.Objects()); ok {
+						if key, ok := pickFrom(streamRNG, s.src.Objects()); ok {
 							err = s.src.Delete(key)
 						}
 					}
