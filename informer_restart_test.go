@@ -7,9 +7,11 @@ package boltinformer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -432,3 +434,47 @@ func TestOfflineStart(t *testing.T) {
 }
 
 func newModelOf(t *testing.T, r *evRecorder) *model { return checkConsistent(t, r.name, r.events()) }
+
+// TestFailedFinalFlushResumesFromLastCommit: the disk refuses every commit
+// from some point on, through the final flush of Close; the next start
+// resumes from the last commit that succeeded and the watch delivers again
+// what was lost.
+func TestFailedFinalFlushResumesFromLastCommit(t *testing.T) {
+	f := newCacheFile(t, 10)
+	saved := f.src.ResourceVersion()
+	var fail atomic.Bool
+	r := f.open(&boltinformer.Options{BeforeCommit: func() error {
+		if fail.Load() {
+			return errInjected
+		}
+		return nil
+	}}, nil)
+	r.run()
+	r.waitSynced()
+	fail.Store(true)
+	objs := f.src.Objects()
+	if _, err := f.src.Update(bumpPod(objs["ns-2/pod-000005"], 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.src.Delete("ns-0/pod-000006"); err != nil {
+		t.Fatal(err)
+	}
+	r.waitApplied()
+	r.stop()
+	if err := r.db.Close(); !errors.Is(err, errInjected) {
+		t.Fatalf("Close: %v, want the final flush's error", err)
+	}
+	r.db = nil
+
+	f.src.ResetCalls()
+	r = f.open(nil, nil)
+	if got := r.inf.Indexer().SavedState().ResourceVersion; got != saved {
+		t.Fatalf("saved resourceVersion %s, want the last committed %s", got, saved)
+	}
+	if d := diffObjects(objs, r.inf.GetIndexer().List()); d != "" {
+		t.Fatalf("the file is not the state as of %s: %s", saved, d)
+	}
+	r.run()
+	r.waitApplied()
+	checkResumedByWatch(t, f.src, saved)
+}
