@@ -210,6 +210,15 @@ func TestRestartResumesWatchWithoutList(t *testing.T) {
 	if rest := evs[len(want):]; len(rest) != 1 || rest[0].Kind != "update" || rest[0].Key != "ns-1/pod-000004" {
 		t.Fatalf("after the cached objects: %v, want one update", rest)
 	}
+	r.close()
+
+	// Bounded memory: the lister decodes from the file, before Run too.
+	f.src.ResetCalls()
+	r = f.open(nil, &boltinformer.InformerOptions{Memory: boltinformer.BoundedMemory, CacheSize: 3})
+	checkLister(t, r.lister(), f.src.Objects())
+	if c := f.src.Calls(); len(c.Log) != 0 {
+		t.Fatalf("calls before Run: %v", c.Log)
+	}
 }
 
 func TestRestartAfter410RelistsOnce(t *testing.T) {
