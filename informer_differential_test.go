@@ -80,10 +80,10 @@ type stream struct {
 	rng     *rand.Rand
 	src     *crashtest.Source
 	targets []*target
-	next    int  // number of the next Pod to create
-	rev     int  // number of the next update
-	fresh   bool // a watch (re)started and has carried no event yet
-	deleted []string
+	next    int      // number of the next Pod to create
+	rev     int      // number of the next update
+	fresh   bool     // a watch (re)started and has carried no event yet
+	deleted []string // keys deleted and not created again
 	expires int
 }
 
