@@ -40,6 +40,10 @@ type Options struct {
 	// NoSync skips fsync (tests and benchmarks only: it gives up
 	// durability).
 	NoSync bool
+	// InitialMmapSize is passed to bbolt: sizing it near the expected file
+	// avoids remapping (and copying every dirty node) while a cold start's
+	// first large commit grows the file.
+	InitialMmapSize int
 	// Logger; default klog.Background().
 	Logger *klog.Logger
 	// Clock; default the real clock.
@@ -101,10 +105,11 @@ func Open(path string, opts *Options) (*DB, error) {
 		Policy: policy,
 		Verify: o.Verify,
 		Store: &store.Options{
-			Timeout:      o.LockTimeout,
-			NoSync:       o.NoSync,
-			Clock:        o.Clock,
-			BeforeCommit: o.BeforeCommit,
+			Timeout:         o.LockTimeout,
+			NoSync:          o.NoSync,
+			InitialMmapSize: o.InitialMmapSize,
+			Clock:           o.Clock,
+			BeforeCommit:    o.BeforeCommit,
 		},
 		Clock:  o.Clock,
 		Logger: &logger,

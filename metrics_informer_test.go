@@ -159,9 +159,9 @@ func TestMetricsStartModes(t *testing.T) {
 	r.close()
 
 	reg = prometheus.NewRegistry()
-	r = f.open(&boltinformer.Options{Registerer: reg}, &boltinformer.InformerOptions{
+	f.open(&boltinformer.Options{Registerer: reg}, &boltinformer.InformerOptions{
 		ListOptions: boltinformer.ListOptionsFingerprint("", metav1.ListOptions{LabelSelector: "tier=web"}),
-	})
+	}) // closed by the test's cleanup
 	checkStartInfo(t, reg, "cold", "list-options")
 }
 

@@ -127,10 +127,10 @@ func wantLocked(t *testing.T, err error, path string, took, bound time.Duration)
 	}
 }
 
-func openTimed(path string, opts *store.Options) (*store.DB, error, time.Duration) {
+func openTimed(path string, opts *store.Options) (*store.DB, time.Duration, error) {
 	start := time.Now()
 	db, err := store.Open(path, opts)
-	return db, err, time.Since(start)
+	return db, time.Since(start), err
 }
 
 // TestLockSameProcess: bbolt locks with flock(2), which belongs to the open
@@ -140,16 +140,16 @@ func TestLockSameProcess(t *testing.T) {
 	path := tempPath(t)
 	openT(t, path, nil)
 
-	_, err, took := openTimed(path, &store.Options{Timeout: 150 * time.Millisecond})
+	_, took, err := openTimed(path, &store.Options{Timeout: 150 * time.Millisecond})
 	wantLocked(t, err, path, took, 2*time.Second)
 	if took < 100*time.Millisecond {
 		t.Errorf("gave up after %s, before the timeout", took)
 	}
-	_, err, took = openTimed(path, &store.Options{Timeout: -1})
+	_, took, err = openTimed(path, &store.Options{Timeout: -1})
 	wantLocked(t, err, path, took, time.Second)
 
 	// A shared (read-only) lock conflicts with the writer's exclusive one.
-	_, err, took = openTimed(path, &store.Options{ReadOnly: true, Timeout: 100 * time.Millisecond})
+	_, took, err = openTimed(path, &store.Options{ReadOnly: true, Timeout: 100 * time.Millisecond})
 	wantLocked(t, err, path, took, 2*time.Second)
 }
 
@@ -170,7 +170,7 @@ func TestLockReadOnlyShared(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err, took := openTimed(path, &store.Options{Timeout: 100 * time.Millisecond})
+	_, took, err := openTimed(path, &store.Options{Timeout: 100 * time.Millisecond})
 	wantLocked(t, err, path, took, 2*time.Second)
 	_ = r1.Close()
 	_ = r2.Close()
@@ -215,7 +215,7 @@ func TestLockOtherProcess(t *testing.T) {
 				t.Fatalf("helper said %q", line)
 			}
 
-			db, err, took := openTimed(path, &store.Options{Timeout: 200 * time.Millisecond})
+			db, took, err := openTimed(path, &store.Options{Timeout: 200 * time.Millisecond})
 			if c.rwLocked {
 				wantLocked(t, err, path, took, 3*time.Second)
 			} else if err != nil {
@@ -223,7 +223,7 @@ func TestLockOtherProcess(t *testing.T) {
 			} else {
 				_ = db.Close()
 			}
-			db, err, took = openTimed(path, &store.Options{ReadOnly: true, Timeout: 200 * time.Millisecond})
+			db, took, err = openTimed(path, &store.Options{ReadOnly: true, Timeout: 200 * time.Millisecond})
 			if c.roLocked {
 				wantLocked(t, err, path, took, 3*time.Second)
 			} else if err != nil {
