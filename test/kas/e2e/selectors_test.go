@@ -275,4 +275,3 @@ func TestCustomResource(t *testing.T) {
 	}
 	t.Logf("widgets: %d after the warm restart; requests %v", len(want), reqs)
 }
-
