@@ -14,12 +14,8 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/boltinformer/boltinformer/test/kas/harness"
 )
@@ -57,57 +53,10 @@ func run(m *testing.M) int {
 		code = 1
 	}
 	if code == 0 {
-		if kids := childrenOf(os.Getpid()); len(kids) > 0 {
-			fmt.Fprintf(os.Stderr, "e2e: leaked child processes: %v\n", kids)
-			code = 1
-		}
-	}
-	if code == 0 {
-		if err := goleak.Find(leakOptions...); err != nil {
+		if err := harness.CheckLeaks(); err != nil {
 			fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 			code = 1
 		}
 	}
 	return code
-}
-
-// leakOptions ignore the goroutines that client-go, net/http and klog keep
-// for the process lifetime.
-var leakOptions = []goleak.Option{
-	goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
-	goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-	goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-	goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"),
-	goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*clientConnReadLoop).run"),
-	goleak.IgnoreAnyFunction("k8s.io/client-go/util/workqueue.(*Type).updateUnfinishedWorkLoop"),
-}
-
-// childrenOf lists the live (not zombie) children of process pid.
-func childrenOf(pid int) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	want := strconv.Itoa(pid)
-	var kids []int
-	for _, e := range ents {
-		kid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:]) // state, ppid, ...
-		if len(f) >= 2 && f[1] == want && f[0] != "Z" {
-			kids = append(kids, kid)
-		}
-	}
-	return kids
 }

@@ -13,13 +13,10 @@ package fleet
 import (
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 
 	"github.com/go-logr/logr"
-	"go.uber.org/goleak"
 	"k8s.io/klog/v2"
 
 	"github.com/boltinformer/boltinformer/test/kas/harness"
@@ -64,57 +61,10 @@ func TestMain(m *testing.M) {
 		}
 	}
 	if code == 0 {
-		if kids := childrenOf(os.Getpid()); len(kids) > 0 {
-			fmt.Fprintf(os.Stderr, "fleet: leaked child processes: %v\n", kids)
-			code = 1
-		}
-	}
-	if code == 0 {
-		if err := goleak.Find(leakOptions...); err != nil {
+		if err := harness.CheckLeaks(); err != nil {
 			fmt.Fprintf(os.Stderr, "fleet: %v\n", err)
 			code = 1
 		}
 	}
 	os.Exit(code)
-}
-
-// leakOptions ignore the goroutines that client-go, net/http and klog keep
-// for the process lifetime.
-var leakOptions = []goleak.Option{
-	goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
-	goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-	goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-	goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"),
-	goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*clientConnReadLoop).run"),
-	goleak.IgnoreAnyFunction("k8s.io/client-go/util/workqueue.(*Type).updateUnfinishedWorkLoop"),
-}
-
-// childrenOf lists the live (not zombie) children of process pid.
-func childrenOf(pid int) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	want := strconv.Itoa(pid)
-	var kids []int
-	for _, e := range ents {
-		kid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) >= 2 && f[1] == want && f[0] != "Z" {
-			kids = append(kids, kid)
-		}
-	}
-	return kids
 }

@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/boltinformer/boltinformer/test/kas/internal/kasbuild"
+
+	"github.com/boltinformer/boltinformer/test/kas/harness"
 )
 
 // TestUpAndWait runs `kas up` as the README demo does, `kas wait` beside it,
@@ -97,7 +99,7 @@ func TestUpAndWait(t *testing.T) {
 	if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, configMap("up", "v0"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	kids := childrenOf(up.Process.Pid)
+	kids := harness.ChildrenOf(up.Process.Pid)
 	if len(kids) != 1 {
 		t.Fatalf("kas up has children %v, want one apiserver", kids)
 	}
@@ -117,7 +119,7 @@ func TestUpAndWait(t *testing.T) {
 	t.Logf("kas up stopped in %s", time.Since(t0).Round(time.Millisecond))
 	for _, pid := range kids {
 		// Reparented to init after kas up exits, if it were still alive.
-		if processAlive(pid) {
+		if harness.ProcessAlive(pid) {
 			t.Fatalf("apiserver %d still alive after kas up exited", pid)
 		}
 	}

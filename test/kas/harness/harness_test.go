@@ -216,7 +216,7 @@ func TestSmoke(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("apiserver stopped in %s", time.Since(t0).Round(time.Millisecond))
-		if processAlive(pid) {
+		if harness.ProcessAlive(pid) {
 			t.Fatalf("apiserver pid %d still alive after StopAPIServer", pid)
 		}
 		short, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -315,7 +315,7 @@ func TestClusterRestart(t *testing.T) {
 	if err := c1.KillAPIServer(); err != nil {
 		t.Fatal(err)
 	}
-	if processAlive(killed) || c1.APIServerPID() != 0 {
+	if harness.ProcessAlive(killed) || c1.APIServerPID() != 0 {
 		t.Fatalf("apiserver %d alive after KillAPIServer", killed)
 	}
 	if _, err := c1.RequestCount(ctx, "GET", "configmaps"); err != harness.ErrAPIServerDown {
@@ -338,7 +338,7 @@ func TestClusterRestart(t *testing.T) {
 	if err := c1.StartAPIServer(); err != harness.ErrStopped {
 		t.Fatalf("StartAPIServer after Stop: %v, want ErrStopped", err)
 	}
-	if processAlive(etcdPID) || processAlive(apiPID) {
+	if harness.ProcessAlive(etcdPID) || harness.ProcessAlive(apiPID) {
 		t.Fatalf("etcd %d or apiserver %d alive after Stop", etcdPID, apiPID)
 	}
 
