@@ -120,6 +120,17 @@ func (lw *ListerWatcher) Stats() Stats {
 	return lw.stats
 }
 
+// recordError counts a failed call (or a watch ERROR event's status).
+func (lw *ListerWatcher) recordError(err error) {
+	lw.record(func(s *Stats) {
+		s.Errors++
+		s.LastError = err
+		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+			s.Expired++
+		}
+	})
+}
+
 func (lw *ListerWatcher) record(f func(*Stats)) {
 	lw.statsMu.Lock()
 	f(&lw.stats)
@@ -150,13 +161,7 @@ func (lw *ListerWatcher) ListWithContext(ctx context.Context, options metav1.Lis
 	lw.record(func(s *Stats) { s.Lists++ })
 	obj, err := cache.ToListerWatcherWithContext(lw.inner).ListWithContext(ctx, options)
 	if err != nil {
-		lw.record(func(s *Stats) {
-			s.Errors++
-			s.LastError = err
-			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-				s.Expired++
-			}
-		})
+		lw.recordError(err)
 		return nil, err
 	}
 	lw.markResumed()
@@ -174,13 +179,7 @@ func (lw *ListerWatcher) WatchWithContext(ctx context.Context, options metav1.Li
 	lw.record(func(s *Stats) { s.Watches++ })
 	w, err := cache.ToListerWatcherWithContext(lw.inner).WatchWithContext(ctx, options)
 	if err != nil {
-		lw.record(func(s *Stats) {
-			s.Errors++
-			s.LastError = err
-			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-				s.Expired++
-			}
-		})
+		lw.recordError(err)
 		return nil, err
 	}
 	return newObserved(ctx, w, lw), nil
