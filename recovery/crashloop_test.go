@@ -299,8 +299,8 @@ func (s *crashStats) String() string {
 	fmt.Fprintf(&b, "modes: %s\n", sortedCounts(s.modes))
 	fmt.Fprintf(&b, "last mark at kill: %s\n", sortedCounts(s.lastMarks))
 	if n := len(s.rvs); n > 0 {
-		fmt.Fprintf(&b, "saved resourceVersions: first %d, last %d (%d checks); file size up to %d bytes; objects up to %d",
-			s.rvs[0], s.rvs[n-1], n, maxOf(s.sizes), maxOf(s.objects))
+		fmt.Fprintf(&b, "saved resourceVersions: first %d, last %d, highest %d (%d checks; new-file runs restart them); file size up to %d bytes; objects up to %d",
+			s.rvs[0], s.rvs[n-1], maxOf(s.rvs), n, maxOf(s.sizes), maxOf(s.objects))
 	}
 	return b.String()
 }
