@@ -136,22 +136,16 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	podLister := corev1listers.NewPodLister(pods.GetIndexer())
-	cmLister := corev1listers.NewConfigMapLister(cms.GetIndexer())
-	secretLister := corev1listers.NewSecretLister(secrets.GetIndexer())
+	a, err := newAgent(pods, cms, secrets)
+	if err != nil {
+		return err
+	}
 
 	// Listers serve at once, from disk on a warm start.
-	first, _ := podLister.List(labels.Everything())
+	first, _ := a.podLister.List(labels.Everything())
 	firstAt := time.Since(start)
 
-	var events atomic.Int64
-	_, _ = pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { events.Add(1) },
-		UpdateFunc: func(any, any) { events.Add(1) },
-		DeleteFunc: func(any) { events.Add(1) },
-	})
-
-	srv, addr, err := serve(c.listen, reg, db, podLister, c.node)
+	srv, addr, err := serve(c.listen, reg, db, a.podLister, c.node)
 	if err != nil {
 		return err
 	}
@@ -166,16 +160,16 @@ func run(ctx context.Context, c config) error {
 		podFactory.Shutdown()
 		nsFactory.Shutdown()
 	}()
-	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, cms.HasSynced, secrets.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), a.synced) {
 		return errors.New("caches did not sync")
 	}
 	syncedAt := time.Since(start)
 	if c.report {
 		// Let the resumed watches reach the server before counting.
-		waitResumed(ctx, 10*time.Second, pods, cms, secrets)
-		podsNow, _ := podLister.List(labels.Everything())
-		cmsNow, _ := cmLister.List(labels.Everything())
-		secretsNow, _ := secretLister.List(labels.Everything())
+		waitResumed(ctx, 10*time.Second, a.informers()...)
+		podsNow, _ := a.podLister.List(labels.Everything())
+		cmsNow, _ := a.configMapLister.List(labels.Everything())
+		secretsNow, _ := a.secretLister.List(labels.Everything())
 		r := Report{
 			Start:           map[string]string{},
 			FirstListerPods: len(first),
@@ -187,7 +181,7 @@ func run(ctx context.Context, c config) error {
 			Secrets:         len(secretsNow),
 		}
 		r.FirstRequestVerb = counter.firstVerb()
-		for _, inf := range []*boltinformer.Informer{pods, cms, secrets} {
+		for _, inf := range a.informers() {
 			d := inf.Decision()
 			mode := "cold"
 			if d.Warm {

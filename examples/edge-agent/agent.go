@@ -1,0 +1,60 @@
+package main
+
+import (
+	"sync/atomic"
+
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/boltinformer/boltinformer"
+)
+
+// agent is the edge agent's state: the Pods bound to its node and its
+// namespace's ConfigMaps and Secrets, each a persistent informer, with the
+// generated listers the agent reads and a count of Pod events it handled.
+// main builds the informers from a Factory; its restart-resilience test
+// (restart_test.go) builds them over crashtest Sources.
+type agent struct {
+	pods, configMaps, secrets *boltinformer.Informer
+
+	podLister       corev1listers.PodLister
+	configMapLister corev1listers.ConfigMapLister
+	secretLister    corev1listers.SecretLister
+
+	podEvents atomic.Int64
+}
+
+// newAgent wires listers and the agent's Pod handler to the informers
+// (before they run, so the handler sees the initial list).
+func newAgent(pods, configMaps, secrets *boltinformer.Informer) (*agent, error) {
+	a := &agent{
+		pods: pods, configMaps: configMaps, secrets: secrets,
+		podLister:       corev1listers.NewPodLister(pods.GetIndexer()),
+		configMapLister: corev1listers.NewConfigMapLister(configMaps.GetIndexer()),
+		secretLister:    corev1listers.NewSecretLister(secrets.GetIndexer()),
+	}
+	_, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { a.podEvents.Add(1) },
+		UpdateFunc: func(any, any) { a.podEvents.Add(1) },
+		DeleteFunc: func(any) { a.podEvents.Add(1) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// informers returns the agent's informers.
+func (a *agent) informers() []*boltinformer.Informer {
+	return []*boltinformer.Informer{a.pods, a.configMaps, a.secrets}
+}
+
+// synced reports whether every cache has synced.
+func (a *agent) synced() bool {
+	for _, inf := range a.informers() {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
