@@ -3,7 +3,6 @@
 # benchmarks, more differential seeds), or the targets below.
 
 GO        ?= go
-FUZZTIME  ?= 5s
 export GOWORK := off
 
 ifdef BOLTINFORMER_HEAVY
@@ -29,12 +28,15 @@ test-unit:
 test-race:
 	$(GO) test -race -count=1 ./...
 
-# Short coverage-guided runs of every fuzz target (seeds run in test-unit too).
+# Short coverage-guided runs of every fuzz target (their seeds run in
+# test-unit too). Counted in executions, not seconds: a time budget that ends
+# while the fuzzer minimizes fails with "context deadline exceeded".
+FUZZRUNS ?= 20000
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME) ./store/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeState$$' -fuzztime $(FUZZTIME) ./store/
-	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./store/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodePayload$$' -fuzztime $(FUZZTIME) ./internal/codec/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZRUNS)x -fuzzminimizetime 10x ./store/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeState$$' -fuzztime $(FUZZRUNS)x -fuzzminimizetime 10x ./store/
+	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime 5000x -fuzzminimizetime 10x ./store/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodePayload$$' -fuzztime 5000x -fuzzminimizetime 10x ./internal/codec/
 
 # End-to-end tests against a real kube-apiserver + etcd on 127.0.0.1 (the
 # harness builds it once, ~6 minutes cold, then caches the binary).
