@@ -502,7 +502,9 @@ func (s *Informer) listenerDepths() map[string]int {
 	return out
 }
 
-// RemoveEventHandler removes a handler; it receives nothing afterwards.
+// RemoveEventHandler removes a handler: after it returns the handler gets
+// at most the one notification already taken for delivery (wait on the
+// registration with cache.ShutDownEventHandler to be sure).
 func (s *Informer) RemoveEventHandler(handle cache.ResourceEventHandlerRegistration) error {
 	s.startedMu.Lock()
 	defer s.startedMu.Unlock()

@@ -31,8 +31,13 @@ func (t *Tx) Informers() []string {
 	if root == nil {
 		return nil
 	}
+	return bucketNames(root)
+}
+
+// bucketNames returns the names of b's nested buckets, in key order.
+func bucketNames(b *bolt.Bucket) []string {
 	var names []string
-	_ = root.ForEachBucket(func(k []byte) error {
+	_ = b.ForEachBucket(func(k []byte) error {
 		names = append(names, string(k))
 		return nil
 	})
@@ -128,12 +133,7 @@ func (t *Tx) Indexes(informer string) []string {
 	if idx == nil {
 		return nil
 	}
-	var names []string
-	_ = idx.ForEachBucket(func(k []byte) error {
-		names = append(names, string(k))
-		return nil
-	})
-	return names
+	return bucketNames(idx)
 }
 
 func (t *Tx) index(informer, index string) *bolt.Bucket {
