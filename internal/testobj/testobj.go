@@ -1,7 +1,3 @@
-// Package testobj builds realistic Kubernetes objects for tests and
-// benchmarks: deterministic for a given index, about 2 KB of protobuf per
-// Pod, with the fields that are hard to round-trip (quantities, times,
-// int-or-string, owner references).
 package testobj
 
 import (

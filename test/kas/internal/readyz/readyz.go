@@ -1,4 +1,3 @@
-// Package readyz waits for a kube-apiserver to report ready on /readyz.
 package readyz
 
 import (

@@ -1,0 +1,2 @@
+// Package readyz waits for a kube-apiserver to report ready on /readyz.
+package readyz
