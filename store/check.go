@@ -2,6 +2,8 @@ package store
 
 import (
 	"fmt"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // Problem is one inconsistency found by Check.
@@ -166,24 +168,16 @@ func checkInformer(tx *Tx, inf string, add func(string, string, ...any), full fu
 // freed are reported "reachable freed"). So a writable DB is checked in a
 // write transaction, rolled back, which holds commits off meanwhile; a DB
 // opened read-only has no writer.
-func (db *DB) checkView(fn func(*Tx) error) (err error) {
+func (db *DB) checkView(fn func(*Tx) error) error {
 	if db.readOnly {
 		return db.View(fn)
 	}
-	db.closeMu.RLock()
-	defer db.closeMu.RUnlock()
-	if db.bolt == nil {
-		return ErrClosed
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = corruptf("%s: check: %v", db.path, r)
+	return db.withBolt("check", func(b *bolt.DB) error {
+		btx, err := b.Begin(true)
+		if err != nil {
+			return fmt.Errorf("store: check %s: %w", db.path, err)
 		}
-	}()
-	btx, err := db.bolt.Begin(true)
-	if err != nil {
-		return fmt.Errorf("store: check %s: %w", db.path, err)
-	}
-	defer func() { _ = btx.Rollback() }()
-	return fn(&Tx{tx: btx})
+		defer func() { _ = btx.Rollback() }()
+		return fn(&Tx{tx: btx})
+	})
 }

@@ -317,24 +317,15 @@ func (db *DB) Size() (int64, error) {
 
 // View runs fn in a read-only transaction. A bbolt panic on a damaged page
 // is returned as ErrCorrupt.
-func (db *DB) View(fn func(*Tx) error) (err error) {
-	db.closeMu.RLock()
-	defer db.closeMu.RUnlock()
-	if db.bolt == nil {
-		return ErrClosed
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = corruptf("%s: read: %v", db.path, r)
-		}
-	}()
-	return db.bolt.View(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx}) })
+func (db *DB) View(fn func(*Tx) error) error {
+	return db.withBolt("read", func(b *bolt.DB) error {
+		return b.View(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx}) })
+	})
 }
 
-// Bolt runs fn with the underlying bbolt DB (for statistics, compaction and
-// checks by cmd/inspect). fn must not write unless the DB is writable and
-// must not keep db after it returns.
-func (db *DB) Bolt(fn func(*bolt.DB) error) (err error) {
+// withBolt runs fn with the open bbolt DB, holding closeMu shared, and
+// turns a bbolt panic (a damaged page) into ErrCorrupt naming what it did.
+func (db *DB) withBolt(what string, fn func(*bolt.DB) error) (err error) {
 	db.closeMu.RLock()
 	defer db.closeMu.RUnlock()
 	if db.bolt == nil {
@@ -342,35 +333,34 @@ func (db *DB) Bolt(fn func(*bolt.DB) error) (err error) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			err = corruptf("%s: %v", db.path, r)
+			err = corruptf("%s: %s: %v", db.path, what, r)
 		}
 	}()
 	return fn(db.bolt)
 }
 
+// Bolt runs fn with the underlying bbolt DB (for statistics, compaction and
+// checks by cmd/inspect). fn must not write unless the DB is writable and
+// must not keep db after it returns.
+func (db *DB) Bolt(fn func(*bolt.DB) error) error {
+	return db.withBolt("bolt", fn)
+}
+
 // update runs fn in a write transaction with the commit hook.
-func (db *DB) update(fn func(*bolt.Tx) error) (err error) {
+func (db *DB) update(fn func(*bolt.Tx) error) error {
 	if db.readOnly {
 		return ErrReadOnly
 	}
-	db.closeMu.RLock()
-	defer db.closeMu.RUnlock()
-	if db.bolt == nil {
-		return ErrClosed
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = corruptf("%s: write: %v", db.path, r)
-		}
-	}()
-	return db.bolt.Update(func(btx *bolt.Tx) error {
-		if err := fn(btx); err != nil {
-			return err
-		}
-		if db.hook != nil {
-			return db.hook()
-		}
-		return nil
+	return db.withBolt("write", func(b *bolt.DB) error {
+		return b.Update(func(btx *bolt.Tx) error {
+			if err := fn(btx); err != nil {
+				return err
+			}
+			if db.hook != nil {
+				return db.hook()
+			}
+			return nil
+		})
 	})
 }
 
