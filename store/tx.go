@@ -61,14 +61,29 @@ func (t *Tx) State(informer string) (*State, error) {
 	return s, nil
 }
 
-// GetRaw returns the encoded record of key (valid during the transaction),
-// or nil.
-func (t *Tx) GetRaw(informer, key string) []byte {
+// sub returns the informer's nested bucket name (objects or indexes), or
+// nil if the informer or the bucket does not exist.
+func (t *Tx) sub(informer string, name []byte) *bolt.Bucket {
 	b := t.informer(informer)
 	if b == nil {
 		return nil
 	}
-	objs := b.Bucket(bucketObjects)
+	return b.Bucket(name)
+}
+
+// decode decodes the record of key, naming both in the error.
+func decode(informer, key string, raw []byte) (*Record, error) {
+	r, err := DecodeRecord(raw)
+	if err != nil {
+		return nil, fmt.Errorf("informer %q key %q: %w", informer, key, err)
+	}
+	return r, nil
+}
+
+// GetRaw returns the encoded record of key (valid during the transaction),
+// or nil.
+func (t *Tx) GetRaw(informer, key string) []byte {
+	objs := t.sub(informer, bucketObjects)
 	if objs == nil {
 		return nil
 	}
@@ -81,21 +96,13 @@ func (t *Tx) Get(informer, key string) (*Record, error) {
 	if raw == nil {
 		return nil, nil
 	}
-	r, err := DecodeRecord(raw)
-	if err != nil {
-		return nil, fmt.Errorf("informer %q key %q: %w", informer, key, err)
-	}
-	return r, nil
+	return decode(informer, key, raw)
 }
 
 // ForEachRaw calls fn for every object of the informer in key order, with
 // the encoded record. It stops at the first error fn returns.
 func (t *Tx) ForEachRaw(informer string, fn func(key string, raw []byte) error) error {
-	b := t.informer(informer)
-	if b == nil {
-		return nil
-	}
-	objs := b.Bucket(bucketObjects)
+	objs := t.sub(informer, bucketObjects)
 	if objs == nil {
 		return nil
 	}
@@ -115,9 +122,9 @@ func (t *Tx) ForEachRaw(informer string, fn func(key string, raw []byte) error) 
 // A record that does not decode stops the walk with an ErrCorrupt error.
 func (t *Tx) ForEach(informer string, fn func(key string, r *Record) error) error {
 	return t.ForEachRaw(informer, func(key string, raw []byte) error {
-		r, err := DecodeRecord(raw)
+		r, err := decode(informer, key, raw)
 		if err != nil {
-			return fmt.Errorf("informer %q key %q: %w", informer, key, err)
+			return err
 		}
 		return fn(key, r)
 	})
@@ -125,11 +132,7 @@ func (t *Tx) ForEach(informer string, fn func(key string, r *Record) error) erro
 
 // Indexes returns the names of the informer's index buckets, sorted.
 func (t *Tx) Indexes(informer string) []string {
-	b := t.informer(informer)
-	if b == nil {
-		return nil
-	}
-	idx := b.Bucket(bucketIndexes)
+	idx := t.sub(informer, bucketIndexes)
 	if idx == nil {
 		return nil
 	}
@@ -137,11 +140,7 @@ func (t *Tx) Indexes(informer string) []string {
 }
 
 func (t *Tx) index(informer, index string) *bolt.Bucket {
-	b := t.informer(informer)
-	if b == nil {
-		return nil
-	}
-	idx := b.Bucket(bucketIndexes)
+	idx := t.sub(informer, bucketIndexes)
 	if idx == nil {
 		return nil
 	}
