@@ -645,13 +645,7 @@ func (s *Informer) replaceAllLocked(info cache.ReplacedAllInfo, isInInitialList 
 // onUpdate distributes an update; one that did not change the
 // resourceVersion is a resync, for the listeners due for one only.
 func (s *Informer) onUpdate(old, new any) {
-	isSync := false
-	if a, err := meta.Accessor(new); err == nil {
-		if o, err := meta.Accessor(old); err == nil {
-			isSync = a.GetResourceVersion() == o.GetResourceVersion()
-		}
-	}
-	s.processor.Distribute(processor.UpdateNotification{Old: old, New: new}, isSync)
+	s.processor.Distribute(processor.UpdateNotification{Old: old, New: new}, sameRV(old, new))
 }
 
 // handleBatchDeltas mirrors client-go's processDeltasInBatch: one
