@@ -87,7 +87,7 @@ func (x *Indexer) Pending() (*store.Batch, error) {
 				continue
 			}
 			r.SetIndexed(valueMap(op.names, op.vals))
-			raw, err := store.EncodeRecord(r)
+			raw, err := store.EncodeRecord(k, r)
 			if err != nil {
 				x.logger.Error(err, "Object not persisted", "key", k)
 				continue

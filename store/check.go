@@ -92,7 +92,7 @@ func checkInformer(tx *Tx, inf string, add func(string, string, ...any), full fu
 				continue
 			}
 			n++
-			r, err := DecodeRecord(raw)
+			r, err := ViewRecord(key, raw)
 			if err != nil {
 				add(inf, "object %q: %v", key, err)
 				bad[key] = true

@@ -133,7 +133,7 @@ func TestCheckGarbageRecord(t *testing.T) {
 
 func mustEncode(t *testing.T, r *store.Record) []byte {
 	t.Helper()
-	b, err := store.EncodeRecord(r)
+	b, err := store.EncodeRecord("k", r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestCheckBadChecksum(t *testing.T) {
 		raw[len(raw)-1] ^= 0xff // the last byte of the payload
 		return objects(inf).Put([]byte("ns-0/pod-000003"), raw)
 	})
-	wantProblems(t, probs, `object "ns-0/pod-000003": store: cache file is corrupt: record: payload checksum`)
+	wantProblems(t, probs, `object "ns-0/pod-000003": store: cache file is corrupt: record: checksum`)
 }
 
 func TestCheckGarbageState(t *testing.T) {

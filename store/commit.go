@@ -55,7 +55,7 @@ func (db *DB) Commit(batches ...*Batch) error {
 				return fmt.Errorf("informer %q: %w", b.Informer, err)
 			}
 			if b.Ops[i].Record != nil && b.Ops[i].Raw == nil && !b.Ops[i].IndexOnly {
-				raw, err := EncodeRecord(b.Ops[i].Record)
+				raw, err := EncodeRecord(b.Ops[i].Key, b.Ops[i].Record)
 				if err != nil {
 					return err
 				}
@@ -226,7 +226,7 @@ func (ib *informerBuckets) apply(op *Op) (int64, error) {
 	var old *Record
 	var delta int64
 	if raw := ib.objects.Get(key); raw != nil {
-		r, err := DecodeRecord(raw)
+		r, err := ViewRecord(op.Key, raw)
 		if err != nil {
 			// The old envelope is damaged: remove its index entries the
 			// slow way, so no entry is left pointing at a changed object.
@@ -249,7 +249,7 @@ func (ib *informerBuckets) apply(op *Op) (int64, error) {
 		}
 		re := *old
 		re.Indexed = nw.Indexed
-		raw, err := EncodeRecord(&re)
+		raw, err := EncodeRecord(op.Key, &re)
 		if err != nil {
 			return 0, err
 		}

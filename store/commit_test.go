@@ -88,7 +88,9 @@ func TestCommitRoundTrip(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			w.Checksum = store.PayloadChecksum(w.Payload)
+			if _, err := store.EncodeRecord(k, w); err != nil { // sets w.Checksum
+				return err
+			}
 			if !reflect.DeepEqual(r, w) {
 				t.Errorf("%s: got %+v\nwant %+v", k, r, w)
 			}
@@ -464,7 +466,7 @@ func TestBeforeCommitHook(t *testing.T) {
 func TestRawOp(t *testing.T) {
 	db := openT(t, tempPath(t), nil)
 	key, r := podRecord(t, 4, "5")
-	raw, err := store.EncodeRecord(r)
+	raw, err := store.EncodeRecord(key, r)
 	if err != nil {
 		t.Fatal(err)
 	}

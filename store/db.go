@@ -48,6 +48,7 @@ type DB struct {
 	clock    clock.PassiveClock
 	hook     func() error
 	created  time.Time
+	version  uint32 // of the file as opened (older ones are migrated)
 
 	// closeMu guards bolt against Close while a transaction runs: readers
 	// and writers hold it shared, Close holds it exclusively.
@@ -147,6 +148,19 @@ func Open(path string, opts *Options) (db *DB, err error) {
 		_ = bdb.Close()
 		return nil, err
 	}
+	if db.version < FormatVersion {
+		// An older file: a read-write open migrates it, a read-only one
+		// cannot.
+		if db.readOnly {
+			_ = bdb.Close()
+			return nil, &VersionError{Path: path, Found: db.version, Supported: FormatVersion}
+		}
+		if err := db.migrate(db.version); err != nil {
+			_ = bdb.Close()
+			return nil, err
+		}
+		db.version = FormatVersion
+	}
 	return db, nil
 }
 
@@ -237,7 +251,7 @@ func (db *DB) init() (err error) {
 	if err != nil {
 		return fmt.Errorf("store: initialise %s: %w", db.path, err)
 	}
-	db.created = now
+	db.created, db.version = now, FormatVersion
 	return nil
 }
 
@@ -277,7 +291,7 @@ func (db *DB) checkMeta() (fresh bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	db.created = h.Created
+	db.created, db.version = h.Created, h.Version
 	return false, nil
 }
 

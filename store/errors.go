@@ -52,6 +52,9 @@ func (e *VersionError) Error() string {
 	if e.Found > e.Supported {
 		return fmt.Sprintf("store: %s: format version %d is newer than supported %d", e.Path, e.Found, e.Supported)
 	}
+	if e.Found >= minMigratable {
+		return fmt.Sprintf("store: %s: format version %d is older than %d: open it read-write to migrate it", e.Path, e.Found, e.Supported)
+	}
 	return fmt.Sprintf("store: %s: format version %d is not supported (this build reads %d)", e.Path, e.Found, e.Supported)
 }
 

@@ -87,7 +87,7 @@ func TestFormatDocStateKeys(t *testing.T) {
 }
 
 func TestFormatDocRecordFields(t *testing.T) {
-	b, err := store.EncodeRecord(&store.Record{Codec: store.CodecProtobuf})
+	b, err := store.EncodeRecord("k", &store.Record{Codec: store.CodecProtobuf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,11 +132,11 @@ func hexOf(t *testing.T, text, marker string) []byte {
 func TestFormatDocExamples(t *testing.T) {
 	doc := formatDoc(t)
 	hdr := hexOf(t, section(t, doc, "3."), "Example, created")
-	if want := header(magic, 1, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)); string(hdr) != string(want) {
+	if want := header(magic, store.FormatVersion, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)); string(hdr) != string(want) {
 		t.Errorf("meta record example %x, want %x", hdr, want)
 	}
-	rec := hexOf(t, section(t, doc, "5."), "Example: UID")
-	want, err := store.EncodeRecord(&store.Record{UID: "u", ResourceVersion: "7", Codec: store.CodecProtobuf,
+	rec := hexOf(t, section(t, doc, "5."), "Example: the record of key")
+	want, err := store.EncodeRecord("ns/a", &store.Record{UID: "u", ResourceVersion: "7", Codec: store.CodecProtobuf,
 		Indexed: []store.IndexValues{{Index: "node", Values: []string{"n1"}}}, Payload: []byte("abc")})
 	if err != nil {
 		t.Fatal(err)

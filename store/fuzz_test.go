@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"runtime"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -45,34 +46,53 @@ func allocated(fn func()) uint64 {
 	return after.TotalAlloc - before.TotalAlloc
 }
 
+// recordKeys are the keys the records in testdata/records are stored
+// under (the checksum covers the key).
+var recordKeys = map[string]string{
+	"pod-json":            "ns-2/pod-000002",
+	"pod-protobuf":        "ns-1/pod-000001",
+	"secret-sealed":       "prod/db",
+	"widget-unstructured": "default/widget-3",
+}
+
+// keyedRecord is an encoded record and the key it is stored under.
+type keyedRecord struct {
+	key string
+	b   []byte
+}
+
 // realRecords are the encoded records in testdata/records, as the codec
-// writes them (protobuf and JSON Pods, a sealed Secret, an unstructured
-// object), and a few edge cases.
-func realRecords(t testing.TB) [][]byte {
+// writes them (a typed Pod in protobuf and JSON, a sealed Secret, an
+// unstructured object), and a few edge cases.
+func realRecords(t testing.TB) []keyedRecord {
 	t.Helper()
 	names, err := filepath.Glob(filepath.Join("testdata", "records", "*.rec"))
 	if err != nil || len(names) == 0 {
 		t.Fatalf("no records in testdata/records (%v)", err)
 	}
 	sort.Strings(names)
-	var out [][]byte
+	var out []keyedRecord
 	for _, name := range names {
 		b, err := os.ReadFile(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, b)
+		key, ok := recordKeys[strings.TrimSuffix(filepath.Base(name), ".rec")]
+		if !ok {
+			t.Fatalf("%s: no key in recordKeys", name)
+		}
+		out = append(out, keyedRecord{key, b})
 	}
 	for _, r := range []*store.Record{
 		{Codec: store.CodecJSON},
 		{UID: "u", ResourceVersion: "1", Codec: 200, KeyID: "k", APIVersion: "v1", Kind: "Pod",
 			Indexed: []store.IndexValues{{Index: "a", Values: []string{""}}, {Index: "", Values: nil}}, Payload: []byte{}},
 	} {
-		b, err := store.EncodeRecord(r)
+		b, err := store.EncodeRecord("k", r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, b)
+		out = append(out, keyedRecord{"k", b})
 	}
 	return out
 }
@@ -99,13 +119,13 @@ func realStates(t testing.TB) [][]byte {
 }
 
 func FuzzDecodeRecord(f *testing.F) {
-	for _, b := range realRecords(f) {
-		f.Add(b)
+	for _, kr := range realRecords(f) {
+		f.Add(kr.key, kr.b)
 	}
-	f.Fuzz(func(t *testing.T, b []byte) {
+	f.Fuzz(func(t *testing.T, key string, b []byte) {
 		var r *store.Record
 		var err error
-		if n := allocated(func() { r, err = store.DecodeRecord(b) }); n > decodeBudget(b) {
+		if n := allocated(func() { r, err = store.DecodeRecord(key, b) }); n > decodeBudget(b) {
 			t.Fatalf("decoding %d bytes allocated %d", len(b), n)
 		}
 		if err != nil {
@@ -115,11 +135,11 @@ func FuzzDecodeRecord(f *testing.F) {
 			return
 		}
 		// What decodes re-encodes to something that decodes the same.
-		b2, err := store.EncodeRecord(r)
+		b2, err := store.EncodeRecord(key, r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		r2, err := store.DecodeRecord(b2)
+		r2, err := store.DecodeRecord(key, b2)
 		if err != nil {
 			t.Fatalf("re-encoded record does not decode: %v", err)
 		}

@@ -87,7 +87,7 @@ var podPayload = sync.OnceValue(func() []byte {
 	if err != nil {
 		panic(fmt.Sprintf("%v (regenerate with go test -tags seedgen -run TestGenerateSeeds ./store/)", err))
 	}
-	r, err := store.DecodeRecord(raw)
+	r, err := store.DecodeRecord("ns-1/pod-000001", raw)
 	if err != nil {
 		panic(err)
 	}

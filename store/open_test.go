@@ -329,7 +329,8 @@ func TestHeaderLayout(t *testing.T) {
 }
 
 func TestBadHeader(t *testing.T) {
-	good := header(magic, 1, epoch)
+	good := header(magic, store.FormatVersion, epoch)
+	newer := store.FormatVersion + 1
 	badSum := append([]byte(nil), good...)
 	badSum[23] ^= 1
 	for _, c := range []struct {
@@ -338,11 +339,11 @@ func TestBadHeader(t *testing.T) {
 		version uint32 // for a *VersionError
 		want    error
 	}{
-		{"version-2", header(magic, 2, epoch), 2, store.ErrUnsupportedVersion},
+		{"version-newer", header(magic, newer, epoch), newer, store.ErrUnsupportedVersion},
 		{"version-0", header(magic, 0, epoch), 0, store.ErrUnsupportedVersion},
 		// The version is checked before the checksum: a newer file whose
 		// record we cannot verify still says "newer".
-		{"version-2-bad-checksum", header(magic, 2, epoch)[:16], 2, store.ErrUnsupportedVersion},
+		{"version-newer-bad-checksum", header(magic, newer, epoch)[:16], newer, store.ErrUnsupportedVersion},
 		{"bad-magic", header(0x12345678, 1, epoch), 0, store.ErrForeign},
 		{"empty", []byte{}, 0, store.ErrForeign},
 		{"bad-checksum", badSum, 0, store.ErrCorrupt},
@@ -473,7 +474,7 @@ func TestRejectedFileUntouched(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return m.Put([]byte("header"), header(magic, 2, epoch))
+		return m.Put([]byte("header"), header(magic, store.FormatVersion+1, epoch))
 	}, &bolt.Options{NoFreelistSync: true})
 	for path, want := range map[string]error{foreign: store.ErrForeign, newer: store.ErrUnsupportedVersion} {
 		before := fileHash(t, path)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"sort"
 	"time"
 
@@ -39,10 +40,8 @@ func (c Codec) String() string {
 
 // IndexValues are the values one object has in one index.
 type IndexValues struct {
-	//lint:ignore U1000 the msgpack encoder reads this field's tag.
-	_msgpack struct{} `msgpack:",as_array"`
-	Index    string
-	Values   []string
+	Index  string
+	Values []string
 }
 
 // Record is the envelope stored for each object, msgpack-encoded as an array
@@ -55,14 +54,15 @@ type IndexValues struct {
 //	4 APIVersion       string   the object's TypeMeta, when it had one
 //	5 Kind             string
 //	6 Indexed          [][Index, [Values...]]  sorted by index name
-//	7 Checksum         uint32   CRC-32C of Payload as stored
+//	7 Checksum         uint32   CRC-32C of the key, fields 0-6 and Payload
 //	8 Payload          bytes
 //
 // Indexed lets the store keep index buckets in step (remove an object's old
-// entries) without decoding the payload, and lets Check verify them.
+// entries) without decoding the payload, and lets Check verify them. The
+// checksum covers the key the record is stored under and every field but
+// itself, so a record that checks can be trusted without decoding its
+// payload (a warm start reads only envelopes).
 type Record struct {
-	//lint:ignore U1000 the msgpack encoder reads this field's tag.
-	_msgpack        struct{} `msgpack:",as_array"`
 	UID             string
 	ResourceVersion string
 	Codec           Codec
@@ -74,10 +74,23 @@ type Record struct {
 	Payload         []byte
 }
 
+// recordFields is the length of the envelope array.
+const recordFields = 9
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// PayloadChecksum returns the checksum stored in Record.Checksum.
-func PayloadChecksum(payload []byte) uint32 { return crc32.Checksum(payload, castagnoli) }
+// recordChecksum is the format version 2 checksum: CRC-32C of the key, of
+// the envelope's encoding up to and excluding the Checksum field (head),
+// and of the payload.
+func recordChecksum(key string, head, payload []byte) uint32 {
+	c := crc32.Update(0, castagnoli, []byte(key))
+	c = crc32.Update(c, castagnoli, head)
+	return crc32.Update(c, castagnoli, payload)
+}
+
+// payloadChecksum is the format version 1 checksum (payload only), read by
+// the migration to version 2.
+func payloadChecksum(payload []byte) uint32 { return crc32.Checksum(payload, castagnoli) }
 
 // Values returns the object's values in index, or nil.
 func (r *Record) Values(index string) []string {
@@ -110,37 +123,197 @@ func (r *Record) SetIndexed(m map[string][]string) {
 	sort.Slice(r.Indexed, func(i, j int) bool { return r.Indexed[i].Index < r.Indexed[j].Index })
 }
 
-// EncodeRecord encodes r, setting its checksum from its payload.
-func EncodeRecord(r *Record) ([]byte, error) {
-	r.Checksum = PayloadChecksum(r.Payload)
-	var buf bytes.Buffer
-	buf.Grow(len(r.Payload) + 64)
+// EncodeRecord encodes r as the record of key, setting r.Checksum.
+func EncodeRecord(key string, r *Record) ([]byte, error) {
+	return AppendRecord(nil, key, r)
+}
+
+// AppendRecord appends the encoding of r, the record of key, to dst and
+// returns the extended slice, setting r.Checksum.
+func AppendRecord(dst []byte, key string, r *Record) ([]byte, error) {
+	buf := bytes.NewBuffer(dst)
+	buf.Grow(len(r.Payload) + 64 + len(r.UID) + len(r.ResourceVersion))
+	start := buf.Len()
 	enc := msgpack.GetEncoder()
 	defer msgpack.PutEncoder(enc)
-	enc.Reset(&buf)
-	if err := enc.Encode(r); err != nil {
-		return nil, fmt.Errorf("store: encode record: %w", err)
+	enc.Reset(buf)
+	err := encodeHead(enc, r)
+	if err == nil {
+		r.Checksum = recordChecksum(key, buf.Bytes()[start:], r.Payload)
+		err = enc.EncodeUint32(r.Checksum)
 	}
+	if err == nil {
+		err = enc.EncodeBytesLen(len(r.Payload))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: encode record %q: %w", key, err)
+	}
+	buf.Write(r.Payload)
 	return buf.Bytes(), nil
 }
 
-// DecodeRecord decodes and verifies a record. b is not retained. Damage is
+// encodeHead writes the array header and fields 0 to 6.
+func encodeHead(enc *msgpack.Encoder, r *Record) error {
+	if err := enc.EncodeArrayLen(recordFields); err != nil {
+		return err
+	}
+	for _, s := range []string{r.UID, r.ResourceVersion} {
+		if err := enc.EncodeString(s); err != nil {
+			return err
+		}
+	}
+	if err := enc.EncodeUint8(uint8(r.Codec)); err != nil {
+		return err
+	}
+	for _, s := range []string{r.KeyID, r.APIVersion, r.Kind} {
+		if err := enc.EncodeString(s); err != nil {
+			return err
+		}
+	}
+	if err := enc.EncodeArrayLen(len(r.Indexed)); err != nil {
+		return err
+	}
+	for _, iv := range r.Indexed {
+		if err := enc.EncodeArrayLen(2); err != nil {
+			return err
+		}
+		if err := enc.EncodeString(iv.Index); err != nil {
+			return err
+		}
+		if err := enc.EncodeArrayLen(len(iv.Values)); err != nil {
+			return err
+		}
+		for _, v := range iv.Values {
+			if err := enc.EncodeString(v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// DecodeRecord decodes and verifies the record stored under key. b is not
+// retained. Damage (including a record stored under another key) is
 // reported as an error wrapping ErrCorrupt, never a panic.
-func DecodeRecord(b []byte) (*Record, error) {
-	var r Record
+func DecodeRecord(key string, b []byte) (*Record, error) {
+	r, err := ViewRecord(key, b)
+	if err != nil {
+		return nil, err
+	}
+	r.Payload = bytes.Clone(r.Payload)
+	return r, nil
+}
+
+// ViewRecord is DecodeRecord without copying the payload: r.Payload points
+// into b, so it is valid only as long as b is (inside a transaction, for a
+// value read from the file).
+func ViewRecord(key string, b []byte) (*Record, error) {
+	return decodeRecord(key, b, FormatVersion)
+}
+
+// decodeRecord decodes a record of the given format version: version 1's
+// checksum covers the payload only.
+func decodeRecord(key string, b []byte, version uint32) (*Record, error) {
 	if err := checkMsgpack(b); err != nil {
 		return nil, fmt.Errorf("%w: record: %v", ErrCorrupt, err)
 	}
-	if err := msgpack.Unmarshal(b, &r); err != nil {
+	rd := bytes.NewReader(b)
+	dec := msgpack.GetDecoder()
+	defer msgpack.PutDecoder(dec)
+	dec.Reset(rd)
+	var r Record
+	var payloadLen int
+	pos := func() int { return len(b) - rd.Len() }
+	var head int
+	err := func() error {
+		n, err := dec.DecodeArrayLen()
+		if err != nil {
+			return err
+		}
+		if n != recordFields {
+			return fmt.Errorf("envelope has %d fields, want %d", n, recordFields)
+		}
+		for _, p := range []*string{&r.UID, &r.ResourceVersion} {
+			if *p, err = dec.DecodeString(); err != nil {
+				return err
+			}
+		}
+		c, err := dec.DecodeUint64()
+		if err != nil {
+			return err
+		}
+		if c > math.MaxUint8 {
+			return fmt.Errorf("codec %d out of range", c)
+		}
+		r.Codec = Codec(c)
+		for _, p := range []*string{&r.KeyID, &r.APIVersion, &r.Kind} {
+			if *p, err = dec.DecodeString(); err != nil {
+				return err
+			}
+		}
+		if r.Indexed, err = decodeIndexed(dec); err != nil {
+			return err
+		}
+		head = pos()
+		sum, err := dec.DecodeUint64()
+		if err != nil {
+			return err
+		}
+		if sum > math.MaxUint32 {
+			return fmt.Errorf("checksum %d out of range", sum)
+		}
+		r.Checksum = uint32(sum)
+		payloadLen, err = dec.DecodeBytesLen()
+		return err
+	}()
+	if err == nil && (payloadLen < 0 || payloadLen != rd.Len()) {
+		err = fmt.Errorf("payload of %d bytes, %d follow", payloadLen, rd.Len())
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w: record: %v", ErrCorrupt, err)
 	}
+	r.Payload = b[pos():len(b):len(b)]
 	if r.Codec == CodecUnknown {
 		return nil, fmt.Errorf("%w: record: no codec", ErrCorrupt)
 	}
-	if got := PayloadChecksum(r.Payload); got != r.Checksum {
-		return nil, fmt.Errorf("%w: record: payload checksum %08x, want %08x", ErrCorrupt, got, r.Checksum)
+	want := recordChecksum(key, b[:head], r.Payload)
+	if version == 1 {
+		want = payloadChecksum(r.Payload)
+	}
+	if want != r.Checksum {
+		return nil, fmt.Errorf("%w: record: checksum %08x, want %08x (damaged, or stored under another key)", ErrCorrupt, r.Checksum, want)
 	}
 	return &r, nil
+}
+
+// decodeIndexed decodes field 6 (nil or an array of [index, values]).
+func decodeIndexed(dec *msgpack.Decoder) ([]IndexValues, error) {
+	n, err := dec.DecodeArrayLen()
+	if err != nil || n <= 0 {
+		return nil, err
+	}
+	out := make([]IndexValues, n)
+	for i := range out {
+		if m, err := dec.DecodeArrayLen(); err != nil || m != 2 {
+			return nil, fmt.Errorf("index entry %d: %d fields, %v", i, m, err)
+		}
+		if out[i].Index, err = dec.DecodeString(); err != nil {
+			return nil, err
+		}
+		m, err := dec.DecodeArrayLen()
+		if err != nil {
+			return nil, err
+		}
+		if m > 0 {
+			out[i].Values = make([]string, m)
+			for j := range out[i].Values {
+				if out[i].Values[j], err = dec.DecodeString(); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return out, nil
 }
 
 // State is an informer's state record, msgpack-encoded as a map (so fields

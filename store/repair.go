@@ -76,7 +76,7 @@ func (db *DB) RepairIndexes(informer string) (IndexRepair, error) {
 				if v == nil {
 					return corruptf("nested bucket %q in objects", k)
 				}
-				r, err := DecodeRecord(v)
+				r, err := ViewRecord(string(k), v)
 				if err != nil {
 					return fmt.Errorf("object %q: %w", k, err)
 				}

@@ -12,10 +12,11 @@ import (
 // FormatVersion is the on-disk format version this build writes and reads.
 // docs/FORMAT.md documents it. Any change to the layout below, to the meta
 // record, to the record envelope or to the state record bumps it, with a
-// migration in migrate.go.
-const FormatVersion uint32 = 1
+// migration in migrate.go. Version 2 made the record checksum cover the
+// key and the envelope, not only the payload.
+const FormatVersion uint32 = 2
 
-// The bucket layout of format version 1:
+// The bucket layout (unchanged since format version 1):
 //
 //	(root)
 //	├── "meta"                          bucket
@@ -76,13 +77,15 @@ func headerChecksum(b []byte) uint64 {
 }
 
 // decodeHeader validates magic, then version, then checksum. A bad magic is
-// ErrForeign; a bad version is a *VersionError; a bad checksum is ErrCorrupt.
+// ErrForeign; a version this build neither reads nor migrates is a
+// *VersionError; a bad checksum is ErrCorrupt. An older version that Open
+// migrates is returned in the header.
 func decodeHeader(path string, b []byte) (header, error) {
 	if len(b) < 8 || binary.BigEndian.Uint32(b[0:4]) != metaMagic {
 		return header{}, fmt.Errorf("%w: %s: bad meta magic", ErrForeign, path)
 	}
 	v := binary.BigEndian.Uint32(b[4:8])
-	if v != FormatVersion {
+	if v < minMigratable || v > FormatVersion {
 		return header{}, &VersionError{Path: path, Found: v, Supported: FormatVersion}
 	}
 	if len(b) != metaRecordSize {

@@ -36,7 +36,7 @@ func writeRecords(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := store.EncodeRecord(r)
+		b, err := store.EncodeRecord(recordKeys[name], r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,17 +120,18 @@ func TestGenerateSeeds(t *testing.T) {
 	if err := os.WriteFile(fuzzBase, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for i, rec := range realRecords(t) {
-		writeSeed(t, "FuzzDecodeRecord", fmt.Sprintf("record-%d", i), rec)
+	for i, kr := range realRecords(t) {
+		writeSeed(t, "FuzzDecodeRecord", fmt.Sprintf("record-%d", i), kr.key, kr.b)
 	}
-	// Records cut short and with a length made huge.
-	rec := realRecords(t)[0]
-	writeSeed(t, "FuzzDecodeRecord", "record-cut", rec[:len(rec)/2])
-	huge := append([]byte(nil), rec...)
+	// Records cut short, with a length made huge, under another key.
+	kr := realRecords(t)[0]
+	writeSeed(t, "FuzzDecodeRecord", "record-cut", kr.key, kr.b[:len(kr.b)/2])
+	huge := append([]byte(nil), kr.b...)
 	if i := bytes.IndexByte(huge, 0xc5); i > 0 { // bin16 payload header
 		huge[i] = 0xc6
 	}
-	writeSeed(t, "FuzzDecodeRecord", "record-bin32", huge)
+	writeSeed(t, "FuzzDecodeRecord", "record-bin32", kr.key, huge)
+	writeSeed(t, "FuzzDecodeRecord", "record-other-key", kr.key+"x", kr.b)
 	for i, st := range realStates(t) {
 		writeSeed(t, "FuzzDecodeState", fmt.Sprintf("state-%d", i), st)
 	}
@@ -167,7 +168,7 @@ func TestGenerateSeeds(t *testing.T) {
 	}
 	// A real record written over the first record in the file.
 	if i := bytes.Index(b, []byte("ns-0/pod-000000")); i > 0 {
-		seeds = append(seeds, seed{"record-over-key", uint32(i), realRecords(t)[1][:200], 0})
+		seeds = append(seeds, seed{"record-over-key", uint32(i), realRecords(t)[1].b[:200], 0})
 	}
 	for _, s := range seeds {
 		writeSeed(t, "FuzzOpen", s.name, s.off, s.data, s.cut)
@@ -189,6 +190,8 @@ func writeSeedTo(t *testing.T, dir, name string, args ...any) {
 		switch a := a.(type) {
 		case []byte:
 			sb.WriteString("[]byte(" + strconv.Quote(string(a)) + ")\n")
+		case string:
+			sb.WriteString("string(" + strconv.Quote(a) + ")\n")
 		case uint32:
 			fmt.Fprintf(&sb, "uint32(%d)\n", a)
 		case uint8:

@@ -73,7 +73,7 @@ func (t *Tx) sub(informer string, name []byte) *bolt.Bucket {
 
 // decode decodes the record of key, naming both in the error.
 func decode(informer, key string, raw []byte) (*Record, error) {
-	r, err := DecodeRecord(raw)
+	r, err := DecodeRecord(key, raw)
 	if err != nil {
 		return nil, fmt.Errorf("informer %q key %q: %w", informer, key, err)
 	}
@@ -125,6 +125,18 @@ func (t *Tx) ForEach(informer string, fn func(key string, r *Record) error) erro
 		r, err := decode(informer, key, raw)
 		if err != nil {
 			return err
+		}
+		return fn(key, r)
+	})
+}
+
+// ForEachView is ForEach without copying payloads: r.Payload is valid only
+// during the call of fn.
+func (t *Tx) ForEachView(informer string, fn func(key string, r *Record) error) error {
+	return t.ForEachRaw(informer, func(key string, raw []byte) error {
+		r, err := ViewRecord(key, raw)
+		if err != nil {
+			return fmt.Errorf("informer %q key %q: %w", informer, key, err)
 		}
 		return fn(key, r)
 	})

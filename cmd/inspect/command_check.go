@@ -125,7 +125,7 @@ func checkPayloads(tx *store.Tx, inf string, keyring *codec.Keyring, rep *checkR
 	d := newDecoder(inf, st, keyring)
 	_ = tx.ForEachRaw(inf, func(key string, raw []byte) error {
 		ci.Objects++
-		r, err := store.DecodeRecord(raw)
+		r, err := store.DecodeRecord(key, raw)
 		if err != nil {
 			return nil // one of db.Check's problems
 		}

@@ -46,12 +46,12 @@ func TestCheckProblems(t *testing.T) {
 	// object's (uid and resourceVersion disagree).
 	swapped := damage(t, func(tx *bolt.Tx) error {
 		objs := informerBolt(tx, "v1/pods", "objects")
-		r, err := store.DecodeRecord(objs.Get([]byte("ns-0/pod-000000")))
+		r, err := store.DecodeRecord("ns-0/pod-000000", objs.Get([]byte("ns-0/pod-000000")))
 		if err != nil {
 			return err
 		}
 		r.UID, r.ResourceVersion = "other-uid", "99"
-		raw, err := store.EncodeRecord(r)
+		raw, err := store.EncodeRecord("ns-0/pod-000000", r)
 		if err != nil {
 			return err
 		}

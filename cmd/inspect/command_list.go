@@ -181,7 +181,7 @@ func scanObjects(tx *store.Tx, inf string, keys []string, d *decoder, filter fun
 		if !filter(key) {
 			return nil
 		}
-		r, err := store.DecodeRecord(raw)
+		r, err := store.DecodeRecord(key, raw)
 		if err != nil {
 			return fmt.Errorf("informer %q object %q: %w", inf, key, err)
 		}
@@ -215,7 +215,7 @@ var errStopScan = errors.New("stop")
 func keysWork(tx *store.Tx, inf string, d *decoder) error {
 	var err error
 	_ = tx.ForEachRaw(inf, func(key string, raw []byte) error {
-		if r, derr := store.DecodeRecord(raw); derr == nil {
+		if r, derr := store.DecodeRecord(key, raw); derr == nil {
 			_, err = d.decode(key, r)
 		}
 		return errStopScan

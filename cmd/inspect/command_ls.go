@@ -126,8 +126,8 @@ func describeInformer(tx *store.Tx, name string) informerInfo {
 		}
 		if objs := b.Bucket(bucketObjects); objs != nil {
 			info.Objects = objs.Stats().KeyN
-			if _, v := objs.Cursor().First(); v != nil {
-				if r, err := store.DecodeRecord(v); err == nil {
+			if k, v := objs.Cursor().First(); v != nil {
+				if r, err := store.DecodeRecord(string(k), v); err == nil {
 					info.Codec = codecName(r)
 				}
 			}

@@ -1,12 +1,17 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
+	"hash/fnv"
 	"strings"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
 	"sigs.k8s.io/yaml"
+
+	"github.com/boltinformer/boltinformer/store"
 )
 
 func TestLs(t *testing.T) {
@@ -106,7 +111,29 @@ func TestLsNewerFormat(t *testing.T) {
 	})
 	before := fileState(t, path)
 	_, stderr := mustRun(t, exitFailure, "ls", path)
-	if stderr != "inspect: "+path+": format version 9, this inspect reads version 1\n" {
+	if want := fmt.Sprintf("inspect: %s: format version 9, this inspect reads version %d\n", path, store.FormatVersion); stderr != want {
+		t.Errorf("stderr %q", stderr)
+	}
+	if fileState(t, path) != before {
+		t.Error("the file changed")
+	}
+}
+
+// A file of an older format version is refused too (inspect never
+// migrates), with a message that says what will.
+func TestLsOlderFormat(t *testing.T) {
+	path := damage(t, func(tx *bolt.Tx) error {
+		m := tx.Bucket([]byte("meta"))
+		h := append([]byte(nil), m.Get([]byte("header"))...)
+		h[7] = 1
+		sum := fnv.New64a()
+		_, _ = sum.Write(h[:16])
+		binary.BigEndian.PutUint64(h[16:24], sum.Sum64())
+		return m.Put([]byte("header"), h)
+	})
+	before := fileState(t, path)
+	_, stderr := mustRun(t, exitFailure, "ls", path)
+	if !strings.Contains(stderr, "format version 1, older than the version 2") || !strings.Contains(stderr, "migrates") {
 		t.Errorf("stderr %q", stderr)
 	}
 	if fileState(t, path) != before {

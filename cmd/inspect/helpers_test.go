@@ -298,7 +298,7 @@ func withGarbageRecord(t *testing.T) string {
 // withGarbagePayload has a sound record in v1/pods whose payload is not a
 // Pod (its checksum matches: only decoding finds it).
 func withGarbagePayload(t *testing.T) string {
-	raw, err := store.EncodeRecord(&store.Record{UID: "u", ResourceVersion: "1", Codec: store.CodecProtobuf, Payload: []byte{0x0a, 0xff, 0xff}})
+	raw, err := store.EncodeRecord("ns-0/bad-payload", &store.Record{UID: "u", ResourceVersion: "1", Codec: store.CodecProtobuf, Payload: []byte{0x0a, 0xff, 0xff}})
 	if err != nil {
 		t.Fatal(err)
 	}

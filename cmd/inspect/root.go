@@ -118,6 +118,10 @@ func openError(path string, timeout time.Duration, err error) error {
 				"stop the agent or retry with a longer --timeout", path, timeout)}
 	case errors.Is(err, fs.ErrNotExist):
 		return &exitError{code: exitFailure, err: err, msg: fmt.Sprintf("%s: no such file", path)}
+	case errors.As(err, &verr) && verr.Found < verr.Supported:
+		return &exitError{code: exitFailure, err: err, msg: fmt.Sprintf(
+			"%s: format version %d, older than the version %d this inspect reads; "+
+				"the agent migrates it when it next opens the file (inspect never writes)", path, verr.Found, verr.Supported)}
 	case errors.As(err, &verr):
 		return &exitError{code: exitFailure, err: err, msg: fmt.Sprintf(
 			"%s: format version %d, this inspect reads version %d", path, verr.Found, verr.Supported)}

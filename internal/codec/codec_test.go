@@ -28,11 +28,11 @@ func roundTrip(t *testing.T, c *codec.Codec, key string, obj runtime.Object) run
 	if err != nil {
 		t.Fatalf("Encode: %v", err)
 	}
-	raw, err := store.EncodeRecord(r)
+	raw, err := store.EncodeRecord(key, r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := store.DecodeRecord(raw)
+	r2, err := store.DecodeRecord(key, raw)
 	if err != nil {
 		t.Fatal(err)
 	}
