@@ -40,9 +40,10 @@ type Options struct {
 	// NoSync skips fsync (tests and benchmarks only: it gives up
 	// durability).
 	NoSync bool
-	// InitialMmapSize is passed to bbolt: sizing it near the expected file
-	// avoids remapping (and copying every dirty node) while a cold start's
-	// first large commit grows the file.
+	// InitialMmapSize is passed to bbolt (see store.Options.InitialMmapSize):
+	// zero maps at least 1 GiB of address space on 64-bit, so that a growing
+	// file is not remapped (which copies every dirty node); negative means
+	// bbolt's default.
 	InitialMmapSize int
 	// Logger; default klog.Background().
 	Logger *klog.Logger

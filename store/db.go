@@ -36,7 +36,11 @@ type Options struct {
 	// BeforeCommit, when set, is called inside every write transaction just
 	// before it commits; an error aborts the transaction (failpoint hook).
 	BeforeCommit func() error
-	// InitialMmapSize is passed to bbolt.
+	// InitialMmapSize is the size bbolt first maps the file at. Zero means
+	// the larger of 1 GiB and twice the file's size on 64-bit (address
+	// space only: it spares a growing file bbolt's remaps, which copy every
+	// node a write transaction holds), bbolt's default on 32-bit; negative
+	// means bbolt's default.
 	InitialMmapSize int
 }
 
@@ -93,7 +97,7 @@ func Open(path string, opts *Options) (db *DB, err error) {
 		ReadOnly:        opts.ReadOnly,
 		NoSync:          opts.NoSync,
 		OpenFile:        opts.OpenFile,
-		InitialMmapSize: opts.InitialMmapSize,
+		InitialMmapSize: initialMmapSize(opts.InitialMmapSize, path),
 		FreelistType:    bolt.FreelistMapType,
 	}
 	// bbolt follows its pages without bounds checks: prove the page tree
