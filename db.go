@@ -214,6 +214,12 @@ func (db *DB) Close() error {
 		}
 	}
 	flushErr := db.committer.Flush(context.Background())
+	for _, inf := range db.snapshotInformers() {
+		// Stops its background decoding, which reads the file.
+		if err := inf.indexer.Close(); err != nil && flushErr == nil {
+			flushErr = err
+		}
+	}
 	if err := db.store.Close(); err != nil {
 		return err
 	}

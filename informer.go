@@ -87,7 +87,13 @@ type Informer struct {
 	policy      SyncPolicy
 	logger      klog.Logger
 	synced      chan struct{}
-	diskAnswer  atomic.Bool // the next ReplacedAll is the disk answer
+	// initialDone is closed once a warm start has queued the disk objects
+	// to the handlers registered before Run (at once for a cold start);
+	// handlersSynced once synced and initialDone are both closed: the
+	// handlers' own HasSynced builds on it.
+	initialDone    chan struct{}
+	handlersSynced chan struct{}
+	diskAnswer     atomic.Bool // the next ReplacedAll is the disk answer
 	counters    informerCounters
 	listed      atomic.Bool  // a list (from disk or server) was applied
 	expiredSeen atomic.Int64 // reflector.Stats.Expired at the last relist
@@ -196,6 +202,8 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		policy:                          o.SyncPolicy,
 		logger:                          logger,
 		synced:                          make(chan struct{}),
+		initialDone:                     make(chan struct{}),
+		handlersSynced:                  make(chan struct{}),
 		resyncCheckPeriod:               resync,
 		defaultEventHandlerResyncPeriod: resync,
 		listeners:                       map[*processor.Listener]struct{}{},
@@ -245,7 +253,8 @@ func (s *Informer) Run(stopCh <-chan struct{}) {
 // the reflector, then the handlers, then a flush of what was applied.
 func (s *Informer) RunWithContext(ctx context.Context) {
 	defer utilruntime.HandleCrashWithContext(ctx)
-	if err := s.start(ctx); err != nil {
+	initial, err := s.start(ctx)
+	if err != nil {
 		s.logger.Info("Warning: " + err.Error())
 		return
 	}
@@ -262,15 +271,18 @@ func (s *Informer) RunWithContext(ctx context.Context) {
 		}
 	}()
 	wg.StartWithContext(processorCtx, s.processor.Run)
+	wg.Start(func() { s.distributeInitial(initial) })
 	wg.Start(func() { s.watchSynced(ctx) })
 	s.controller.RunWithContext(ctx)
 }
 
-func (s *Informer) start(ctx context.Context) error {
+// start builds the controller. For a warm start with handlers it returns
+// true: the disk objects are to be queued to them (distributeInitial).
+func (s *Informer) start(ctx context.Context) (bool, error) {
 	s.startedMu.Lock()
 	defer s.startedMu.Unlock()
 	if s.started {
-		return fmt.Errorf("%w: Run more than once is not allowed", ErrStarted)
+		return false, fmt.Errorf("%w: Run more than once is not allowed", ErrStarted)
 	}
 	logger := klog.FromContext(ctx).WithValues("informer", s.name)
 	ropts := &reflector.Options{Clock: s.db.clock}
@@ -304,16 +316,42 @@ func (s *Informer) start(ctx context.Context) error {
 		WatchErrorHandlerWithContext: s.watchErrorHandler,
 	})
 	s.started = true
-	if s.decision.Warm {
-		// The warm-start trap: the disk objects are delivered as the
-		// initial list now, since the server's answer will be a diff.
-		s.blockDeltas.Lock()
-		for _, obj := range s.indexer.List() {
-			s.processor.Distribute(processor.AddNotification{Obj: obj, InInitialList: true}, false)
-		}
-		s.blockDeltas.Unlock()
+	return s.decision.Warm && len(s.listeners) > 0, nil
+}
+
+// distributeInitial is the warm-start trap: the disk objects are the
+// handlers' initial list, since the server's answer will be a diff. It
+// runs beside the informer loop, which meanwhile applies the disk answer
+// (so HasSynced does not wait for payloads to decode) and then holds back
+// the watch events until the initial adds are queued (awaitInitial).
+// Handlers added after Run get the current state themselves.
+func (s *Informer) distributeInitial(warm bool) {
+	if !warm {
+		close(s.initialDone)
+		return
 	}
-	return nil
+	objs := s.indexer.InitialList() // decodes what the load left on disk, in parallel
+	s.blockDeltas.Lock()
+	defer s.blockDeltas.Unlock()
+	for _, obj := range objs {
+		s.processor.Distribute(processor.AddNotification{Obj: obj, InInitialList: true}, false)
+	}
+	close(s.initialDone)
+}
+
+// awaitInitial holds back every delta but the disk answer until the
+// initial adds are queued, so that no handler sees an event for an object
+// before its initial add.
+func (s *Informer) awaitInitial(deltas cache.Deltas) {
+	select {
+	case <-s.initialDone:
+		return
+	default:
+	}
+	if s.diskAnswer.Load() && len(deltas) == 1 && deltas[0].Type == cache.ReplacedAll {
+		return
+	}
+	<-s.initialDone
 }
 
 func (s *Informer) watchSynced(ctx context.Context) {
@@ -330,6 +368,12 @@ func (s *Informer) watchSynced(ctx context.Context) {
 		}
 	}
 	close(s.synced)
+	select {
+	case <-ctx.Done():
+		return
+	case <-s.initialDone:
+	}
+	close(s.handlersSynced)
 }
 
 // HasSynced reports whether the informer's cache is synced (per its
@@ -347,6 +391,14 @@ type syncedChecker struct{ s *Informer }
 
 func (c syncedChecker) Name() string          { return "boltinformer " + c.s.name }
 func (c syncedChecker) Done() <-chan struct{} { return c.s.synced }
+
+// handlersSyncedChecker is done once the informer has synced and the
+// initial adds of a warm start are queued: what a handler's HasSynced
+// builds on.
+type handlersSyncedChecker struct{ s *Informer }
+
+func (c handlersSyncedChecker) Name() string          { return "boltinformer " + c.s.name + " handlers" }
+func (c handlersSyncedChecker) Done() <-chan struct{} { return c.s.handlersSynced }
 
 // HasSyncedChecker returns a cache.DoneChecker for HasSynced.
 func (s *Informer) HasSyncedChecker() cache.DoneChecker { return syncedChecker{s} }
@@ -469,14 +521,14 @@ func (s *Informer) AddEventHandlerWithOptions(handler cache.ResourceEventHandler
 		Logger:                options.Logger,
 		RequestedResyncPeriod: resyncPeriod,
 		ResyncPeriod:          processor.DetermineResyncPeriod(logger, resyncPeriod, s.resyncCheckPeriod),
-		Synced:                s.HasSyncedChecker(),
+		Synced:                handlersSyncedChecker{s},
 	}
 	if !s.started {
 		l := s.processor.AddListener(handler, lopts)
 		s.listeners[l] = struct{}{}
 		return l, nil
 	}
-	s.blockDeltas.Lock()
+	s.lockAfterInitial()
 	defer s.blockDeltas.Unlock()
 	items := s.indexer.List()
 	lopts.InitialList = func(yield func(any) bool) {
@@ -520,13 +572,30 @@ func (s *Informer) RemoveEventHandler(handle cache.ResourceEventHandlerRegistrat
 // at once, disk in the next group commit) and dispatched to the handlers.
 
 func (s *Informer) handleDeltas(obj any, isInInitialList bool) error {
-	s.blockDeltas.Lock()
-	defer s.blockDeltas.Unlock()
 	deltas, ok := obj.(cache.Deltas)
 	if !ok {
 		return errors.New("boltinformer: object given as Process argument is not Deltas")
 	}
+	s.awaitInitial(deltas)
+	s.blockDeltas.Lock()
+	defer s.blockDeltas.Unlock()
 	return s.processDeltasLocked(deltas, isInInitialList)
+}
+
+// lockAfterInitial takes blockDeltas once the initial adds of a warm start
+// are queued (distributeInitial closes initialDone holding it), so that a
+// late handler gets the current state exactly once.
+func (s *Informer) lockAfterInitial() {
+	for {
+		s.blockDeltas.Lock()
+		select {
+		case <-s.initialDone:
+			return
+		default:
+		}
+		s.blockDeltas.Unlock()
+		<-s.initialDone
+	}
 }
 
 // processDeltasLocked mirrors client-go's processDeltas. Caller holds
@@ -651,6 +720,7 @@ func (s *Informer) onUpdate(old, new any) {
 // handleBatchDeltas mirrors client-go's processDeltasInBatch: one
 // indexer transaction, then the handlers.
 func (s *Informer) handleBatchDeltas(deltas []cache.Delta, isInInitialList bool) error {
+	s.awaitInitial(deltas)
 	s.blockDeltas.Lock()
 	defer s.blockDeltas.Unlock()
 	s.counters.events.Add(int64(len(deltas)))

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	clientgofeaturegate "k8s.io/client-go/features"
 	"k8s.io/client-go/tools/cache"
@@ -113,8 +114,13 @@ type Indexer struct {
 	// objs holds the decoded objects by key in Full mode (nil in Bounded):
 	// a map of its own, like client-go's items, so that a Get is one map
 	// lookup and not a second, cache-missing pointer chase to an item.
-	objs       map[string]any
-	idx        *indexSet
+	objs map[string]any
+	// lazy are the keys (Full mode, after a warm load) whose objects are
+	// still on disk only; undecodable are those whose record did not
+	// decode (lazy.go).
+	lazy        map[string]struct{}
+	undecodable map[string]error
+	idx         *indexSet
 	rv         string // of the last applied mutation
 	synced     bool
 	identity   store.State
@@ -127,6 +133,15 @@ type Indexer struct {
 	saved      store.State // the state record last committed or loaded
 	commitErr  error
 	closed     bool
+
+	// The background fill of lazy objects (lazy.go): fillMu makes the
+	// fill and the callers that need every object take turns; decoded is
+	// closed when no key is lazy.
+	fillMu      sync.Mutex
+	fillStop    context.CancelFunc
+	fillExited  chan struct{}
+	decoded     chan struct{}
+	decodedOnce sync.Once
 }
 
 var (
@@ -160,6 +175,10 @@ func Open(db *store.DB, name string, indexers cache.Indexers, opts *Options) (*I
 		idx:      newIndexSet(indexers),
 		identity: opts.Identity,
 		pending:  map[string]*pendingOp{},
+		lazy:     map[string]struct{}{},
+		decoded:  make(chan struct{}),
+
+		undecodable: map[string]error{},
 	}
 	if x.keyFunc == nil {
 		x.keyFunc = cache.DeletionHandlingMetaNamespaceKeyFunc
@@ -198,6 +217,11 @@ func Open(db *store.DB, name string, indexers cache.Indexers, opts *Options) (*I
 	if x.stateDirty || len(x.pending) > 0 {
 		x.committer.Notify(1)
 	}
+	if len(x.lazy) > 0 {
+		x.startFill()
+	} else {
+		x.decodedOnce.Do(func() { close(x.decoded) })
+	}
 	return x, nil
 }
 
@@ -219,6 +243,7 @@ func (x *Indexer) Close() error {
 		return nil
 	}
 	x.mu.Unlock()
+	x.stopFill()
 	err := x.committer.Flush(context.Background())
 	x.committer.Remove(x)
 	if x.stop != nil {
@@ -258,6 +283,7 @@ func (x *Indexer) putLocked(key string, obj any) error {
 	it.rv, it.uid, _ = objectRV(obj)
 	if !x.bounded {
 		x.objs[key] = obj
+		x.forgetLazyLocked(key)
 	} else {
 		x.lru.Remove(key)
 	}
@@ -273,6 +299,7 @@ func (x *Indexer) deleteLocked(key string) {
 	x.idx.update(key, it.vals, nil)
 	delete(x.items, key)
 	delete(x.objs, key)
+	x.forgetLazyLocked(key)
 	if x.bounded {
 		x.lru.Remove(key)
 	}
@@ -396,6 +423,7 @@ func (x *Indexer) Replace(list []any, resourceVersion string) error {
 				it.vals, it.valNames = vals, x.idx.names
 				if !x.bounded {
 					x.objs[key] = obj
+					x.forgetLazyLocked(key)
 				}
 				continue
 			}
@@ -491,14 +519,52 @@ func (x *Indexer) Get(obj any) (any, bool, error) {
 	return x.GetByKey(key)
 }
 
+// forgetLazyLocked notes that memory now holds key's state (or that key
+// is gone): it is no longer lazy or undecodable.
+func (x *Indexer) forgetLazyLocked(key string) {
+	if len(x.lazy) == 0 && len(x.undecodable) == 0 {
+		return
+	}
+	delete(x.undecodable, key)
+	if _, ok := x.lazy[key]; ok {
+		delete(x.lazy, key)
+		if len(x.lazy) == 0 {
+			x.decodedOnce.Do(func() { close(x.decoded) })
+		}
+	}
+}
+
 // GetByKey returns the object stored under key.
 func (x *Indexer) GetByKey(key string) (any, bool, error) {
 	x.mu.RLock()
-	defer x.mu.RUnlock()
 	if !x.bounded {
 		obj, ok := x.objs[key]
-		return obj, ok, nil
+		if ok || (len(x.lazy) == 0 && len(x.undecodable) == 0) {
+			x.mu.RUnlock()
+			return obj, ok, nil
+		}
+		if err, bad := x.undecodable[key]; bad {
+			x.mu.RUnlock()
+			return nil, false, x.undecodableError(key, err)
+		}
+		if _, lazy := x.lazy[key]; !lazy {
+			x.mu.RUnlock()
+			return nil, false, nil
+		}
+		// Decoded under the shared lock, so the answer is of this
+		// moment; installed after.
+		o, recErr, err := x.lazyGetLocked(key)
+		x.mu.RUnlock()
+		if err != nil {
+			return nil, false, fmt.Errorf("indexer %q: get %q: %w", x.name, key, err)
+		}
+		x.installAfter([]string{key}, []kruntime.Object{o}, []error{recErr})
+		if recErr != nil {
+			return nil, false, x.undecodableError(key, recErr)
+		}
+		return o, true, nil
 	}
+	defer x.mu.RUnlock()
 	if x.items[key] == nil {
 		return nil, false, nil
 	}
@@ -509,8 +575,10 @@ func (x *Indexer) GetByKey(key string) (any, bool, error) {
 	return obj, true, nil
 }
 
-// List returns every object (unordered, as client-go's).
+// List returns every object (unordered, as client-go's). After a warm
+// load it first waits for every object to be decoded (in parallel).
 func (x *Indexer) List() []any {
+	x.fillForRead()
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	out := make([]any, 0, len(x.items))
@@ -553,13 +621,14 @@ func (x *Indexer) noIndex(name string) error {
 // (the index function runs on obj, which may be a probe object).
 func (x *Indexer) Index(indexName string, obj any) ([]any, error) {
 	x.mu.RLock()
-	defer x.mu.RUnlock()
 	f := x.idx.indexers[indexName]
 	if f == nil {
+		x.mu.RUnlock()
 		return nil, x.noIndex(indexName)
 	}
 	values, err := f(obj)
 	if err != nil {
+		x.mu.RUnlock()
 		return nil, err
 	}
 	idx := x.idx.byName[indexName]
@@ -572,18 +641,65 @@ func (x *Indexer) Index(indexName string, obj any) ([]any, error) {
 			keys = keys.Union(idx[v])
 		}
 	}
-	return x.objectsLocked(keys), nil
+	return x.objectsUnlock(keys), nil
 }
 
-func (x *Indexer) objectsLocked(keys sets.Set[string]) []any {
-	out := make([]any, 0, keys.Len())
-	if !x.bounded {
-		for k := range keys {
-			out = append(out, x.objs[k])
-		}
-		return out
+// objectsLocked returns the objects of keys. In Full mode, the lazy ones
+// are decoded under the caller's shared lock; their keys and objects are
+// returned for the caller to install (installAfter) once it has released
+// it.
+func (x *Indexer) objectsLocked(keys sets.Set[string]) (out []any, lazyKeys []string, lazyObjs []kruntime.Object, lazyErrs []error) {
+	out = make([]any, 0, keys.Len())
+	if x.bounded {
+		return x.fetchManyLocked(sets.List(keys)), nil, nil, nil
 	}
-	return x.fetchManyLocked(sets.List(keys))
+	for k := range keys {
+		if obj, ok := x.objs[k]; ok {
+			out = append(out, obj)
+		} else if _, lazy := x.lazy[k]; lazy {
+			lazyKeys = append(lazyKeys, k)
+		}
+	}
+	if len(lazyKeys) == 0 {
+		return out, nil, nil, nil
+	}
+	sort.Strings(lazyKeys)
+	lazyObjs, lazyErrs, err := x.decodeKeys(lazyKeys)
+	if err != nil {
+		x.logger.Error(err, "Objects not readable")
+		return out, nil, nil, nil
+	}
+	for i, obj := range lazyObjs {
+		if lazyErrs[i] == nil {
+			out = append(out, obj)
+		}
+	}
+	return out, lazyKeys, lazyObjs, lazyErrs
+}
+
+// objects is objectsLocked for a caller holding the shared lock, which it
+// releases.
+func (x *Indexer) objectsUnlock(keys sets.Set[string]) []any {
+	out, lk, lo, le := x.objectsLocked(keys)
+	x.mu.RUnlock()
+	if len(lk) > 0 {
+		x.installAfter(lk, lo, le)
+	}
+	return out
+}
+
+// fillForRead decodes every lazy object before a read that needs them all
+// (List).
+func (x *Indexer) fillForRead() {
+	x.mu.RLock()
+	n := len(x.lazy)
+	x.mu.RUnlock()
+	if n == 0 {
+		return
+	}
+	if err := x.fill(context.Background()); err != nil {
+		x.logger.Error(err, "Decoding the loaded objects")
+	}
 }
 
 // IndexKeys returns the keys of the objects having indexedValue in the
@@ -612,11 +728,11 @@ func (x *Indexer) ListIndexFuncValues(indexName string) []string {
 // ByIndex returns the objects having indexedValue in the named index.
 func (x *Indexer) ByIndex(indexName, indexedValue string) ([]any, error) {
 	x.mu.RLock()
-	defer x.mu.RUnlock()
 	if x.idx.indexers[indexName] == nil {
+		x.mu.RUnlock()
 		return nil, x.noIndex(indexName)
 	}
-	return x.objectsLocked(x.idx.byName[indexName][indexedValue]), nil
+	return x.objectsUnlock(x.idx.byName[indexName][indexedValue]), nil
 }
 
 // GetIndexers returns the index functions.
@@ -634,6 +750,7 @@ func (x *Indexer) GetIndexers() cache.Indexers {
 // (Full) or on disk (Bounded). The new index buckets are written, with the
 // state record naming them, in one commit.
 func (x *Indexer) AddIndexers(newIndexers cache.Indexers) error {
+	x.fillForRead() // the backfill reads every object
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var conflict []string
@@ -685,6 +802,10 @@ func (x *Indexer) reindexLocked(idx *indexSet) error {
 			obj = objs[i]
 		} else {
 			obj = x.objs[k]
+		}
+		if obj == nil {
+			// Undecodable: no index values until the server sends it.
+			continue
 		}
 		v, err := idx.compute(k, obj)
 		if err != nil {

@@ -1,10 +1,10 @@
 package indexer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
-	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -28,18 +28,16 @@ func newCodec(opts *Options) (*codec.Codec, error) {
 // Codec returns the indexer's payload codec.
 func (x *Indexer) Codec() *codec.Codec { return x.codec }
 
-type rawRecord struct {
-	key string
-	rec *store.Record
-	obj runtime.Object
-	err error
-}
-
-// load reads the informer's state and objects from the file. In Full mode
-// it decodes every payload, in parallel.
+// load reads the informer's state and record envelopes from the file:
+// keys, resourceVersions, UIDs and index values, all covered by the
+// records' checksums. Payloads stay on disk: in Full mode they are decoded
+// on first access and by the background fill (lazy.go). One record of
+// each encryption key id (and the first record) is decoded at once, so
+// that a wrong example type or a wrong key fails here, not later.
 func (x *Indexer) load() error {
-	var recs []rawRecord
 	var st *store.State
+	var probes []string
+	keyIDs := map[string]bool{}
 	err := x.db.View(func(tx *store.Tx) error {
 		var err error
 		if st, err = tx.State(x.name); err != nil {
@@ -48,11 +46,17 @@ func (x *Indexer) load() error {
 		if st == nil {
 			return nil
 		}
-		return tx.ForEach(x.name, func(key string, r *store.Record) error {
-			if x.bounded {
-				r.Payload = nil // keys and index values only
+		return tx.ForEachView(x.name, func(key string, r *store.Record) error {
+			if !keyIDs[r.KeyID] {
+				keyIDs[r.KeyID] = true
+				probes = append(probes, key)
 			}
-			recs = append(recs, rawRecord{key: key, rec: r})
+			it := &item{rv: r.ResourceVersion, uid: r.UID, vals: x.idx.fromRecord(r), valNames: x.idx.names}
+			x.items[key] = it
+			x.idx.update(key, nil, it.vals)
+			if !x.bounded {
+				x.lazy[key] = struct{}{}
+			}
 			return nil
 		})
 	})
@@ -62,23 +66,20 @@ func (x *Indexer) load() error {
 	if st == nil {
 		return nil
 	}
-	if !x.bounded {
-		decodeAll(x.codec, recs)
-	}
-	for i := range recs {
-		r := &recs[i]
-		if r.err == nil && !x.bounded {
-			r.err = x.checkEnvelope(r.key, r.rec, r.obj)
+	if len(probes) > 0 {
+		objs, errs, err := x.decodeKeys(probes)
+		if err != nil {
+			return fmt.Errorf("indexer %q: load %s: %w", x.name, x.db.Path(), err)
 		}
-		if r.err != nil {
-			return fmt.Errorf("indexer %q: load %s: %w", x.name, x.db.Path(), errors.Join(store.ErrCorrupt, r.err))
+		for i, k := range probes {
+			if errs[i] != nil {
+				return fmt.Errorf("indexer %q: load %s: %w", x.name, x.db.Path(), errs[i])
+			}
+			if !x.bounded {
+				x.objs[k] = objs[i]
+				delete(x.lazy, k)
+			}
 		}
-		it := &item{rv: r.rec.ResourceVersion, uid: r.rec.UID, vals: x.idx.fromRecord(r.rec), valNames: x.idx.names}
-		if !x.bounded {
-			x.objs[r.key] = r.obj
-		}
-		x.items[r.key] = it
-		x.idx.update(r.key, nil, it.vals)
 	}
 	x.saved = *st
 	x.rv = st.ResourceVersion
@@ -101,6 +102,12 @@ func (x *Indexer) load() error {
 	sort.Strings(x.drop)
 	if rebuild {
 		x.logger.V(2).Info("Rebuilding indexes missing from the file", "have", st.Indexes, "want", x.idx.names)
+		if !x.bounded {
+			// The rebuild reads every object: decode them now.
+			if err := x.fill(context.Background()); err != nil {
+				return fmt.Errorf("indexer %q: rebuild indexes: %w", x.name, err)
+			}
+		}
 		// A fresh set: the values loaded from the records may be stale for
 		// an index that was dropped and is now back (perhaps with another
 		// function under the same name).
@@ -109,32 +116,6 @@ func (x *Indexer) load() error {
 		}
 	}
 	return nil
-}
-
-// decodeAll decodes recs' payloads with one worker per CPU.
-func decodeAll(c *codec.Codec, recs []rawRecord) {
-	workers := min(decodeWorkers(), max(1, len(recs)/64))
-	var wg sync.WaitGroup
-	next := make(chan int, workers)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				const chunk = 64
-				for j := i; j < min(i+chunk, len(recs)); j++ {
-					r := &recs[j]
-					r.obj, r.err = c.Decode(r.key, r.rec)
-					r.rec.Payload = nil
-				}
-			}
-		}()
-	}
-	for i := 0; i < len(recs); i += 64 {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
 }
 
 // fetchLocked returns the object of key in Bounded mode: a pending write,
@@ -223,19 +204,24 @@ func (x *Indexer) fetchManyLocked(keys []string) []any {
 		}
 	}
 	if len(misses) > 0 {
-		err := x.db.View(func(tx *store.Tx) error {
-			for _, i := range misses {
-				obj, err := x.readLocked(tx, keys[i])
-				if err != nil {
-					x.logger.Error(err, "Object not readable", "key", keys[i])
-					continue
-				}
-				out[i] = obj
-			}
-			return nil
-		})
+		mk := make([]string, len(misses))
+		for j, i := range misses {
+			mk[j] = keys[i]
+		}
+		objs, errs, err := x.decodeKeys(mk)
 		if err != nil {
 			x.logger.Error(err, "Objects not readable")
+			errs = make([]error, len(mk))
+			for j := range errs {
+				errs[j] = err
+			}
+		}
+		for j, i := range misses {
+			if errs[j] != nil {
+				x.logger.Error(errs[j], "Object not readable", "key", keys[i])
+				continue
+			}
+			out[i] = objs[j]
 		}
 	}
 	n := 0
@@ -248,13 +234,14 @@ func (x *Indexer) fetchManyLocked(keys []string) []any {
 	return out[:n]
 }
 
-// CachedObjects returns how many decoded objects memory holds: all of them
-// in Full mode; in Bounded mode the LRU plus writes not yet committed.
+// CachedObjects returns how many decoded objects memory holds: in Full
+// mode all of them once the loaded ones are decoded (Decoded); in Bounded
+// mode the LRU plus writes not yet committed.
 func (x *Indexer) CachedObjects() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	if !x.bounded {
-		return len(x.items)
+		return len(x.objs)
 	}
 	n := x.lru.Len()
 	for _, m := range []map[string]*pendingOp{x.pending, x.inflight} {

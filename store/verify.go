@@ -38,6 +38,9 @@ func verifyPages(path string) error {
 		return fmt.Errorf("store: stat %s: %w", path, err)
 	}
 	v := &pageVerifier{f: f, size: uint64(fi.Size())}
+	var unmap func()
+	v.data, unmap = mapFile(f, v.size)
+	defer unmap()
 	if err := v.run(); err != nil {
 		return corruptf("%s: %v", path, err)
 	}
@@ -69,6 +72,9 @@ type bbMeta struct {
 type pageVerifier struct {
 	f    *os.File
 	size uint64
+	// data maps the file (read-only) where the platform allows; else
+	// pages are read into the buffers below.
+	data []byte
 	ps   uint64
 	hwm  uint64
 	seen []uint64 // bitmap of reached page ids
@@ -83,6 +89,9 @@ type pageVerifier struct {
 func (v *pageVerifier) readAt(off, n uint64, buf *[]byte) ([]byte, error) {
 	if off > v.size || n > v.size-off {
 		return nil, fmt.Errorf("read of %d bytes at %d is beyond the end of the %d-byte file", n, off, v.size)
+	}
+	if v.data != nil {
+		return v.data[off : off+n : off+n], nil
 	}
 	if uint64(cap(*buf)) < n {
 		*buf = make([]byte, n)

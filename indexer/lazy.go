@@ -1,0 +1,221 @@
+package indexer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/boltinformer/boltinformer/store"
+)
+
+// Lazy decoding (Full mode, after a warm load).
+//
+// A warm load reads only the record envelopes, whose checksum covers the
+// key, the resourceVersion, the UID and the index values (format version
+// 2): that is enough to answer ListKeys, Len, IndexKeys and
+// ListIndexFuncValues, and to keep the index sets, at once. Payloads are
+// decoded on first access (GetByKey, Index, ByIndex) and by a background
+// fill that the indexer owns (started by Open, stopped by Close); List
+// waits for the fill. A key stays in x.lazy exactly as long as memory has
+// not changed it since the load, so the file still holds the loaded
+// record for it: a decode may read the file at any time and install its
+// result if the key is still lazy then.
+
+// fillChunk is how many keys one fill step decodes between two takings of
+// the write lock.
+const fillChunk = 1024
+
+// beforeFill, when set (by tests), runs at the start of the background
+// fill, which waits for it.
+var beforeFill func(ctx context.Context)
+
+// startFill starts the background fill; Close stops it.
+func (x *Indexer) startFill() {
+	ctx, cancel := context.WithCancel(context.Background())
+	x.fillStop, x.fillExited = cancel, make(chan struct{})
+	hook := beforeFill
+	go func() {
+		defer close(x.fillExited)
+		if hook != nil {
+			hook(ctx)
+		}
+		if err := x.fill(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			x.logger.Error(err, "Background decoding of the loaded objects stopped")
+		}
+	}()
+}
+
+// stopFill stops the background fill and waits for it.
+func (x *Indexer) stopFill() {
+	if x.fillStop != nil {
+		x.fillStop()
+		<-x.fillExited
+	}
+}
+
+// Decoded returns a channel closed once every object loaded from the file
+// is decoded in memory (at once for Bounded mode and cold starts, where
+// there is nothing to decode).
+func (x *Indexer) Decoded() <-chan struct{} { return x.decoded }
+
+// fill decodes every lazy key, in chunks, with one worker per CPU. It is
+// run by the background goroutine and by callers that need every object
+// (List, AddIndexers); fillMu makes them take turns, so no chunk is
+// decoded twice.
+func (x *Indexer) fill(ctx context.Context) error {
+	x.fillMu.Lock()
+	defer x.fillMu.Unlock()
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		x.mu.RLock()
+		keys := make([]string, 0, min(fillChunk, len(x.lazy)))
+		for k := range x.lazy {
+			if len(keys) == fillChunk {
+				break
+			}
+			keys = append(keys, k)
+		}
+		x.mu.RUnlock()
+		if len(keys) == 0 {
+			return nil
+		}
+		sort.Strings(keys) // file order: neighbouring pages
+		objs, errs, err := x.decodeKeys(keys)
+		if err != nil {
+			return err // the file, not a record: nothing is installed
+		}
+		x.mu.Lock()
+		x.installLocked(keys, objs, errs)
+		x.mu.Unlock()
+	}
+}
+
+// decodeKeys reads and decodes keys from the file, in parallel when there
+// are many: errs[i] is key i's own error (its record is absent or does not
+// decode); err is the file's (a read transaction that failed, or a closed
+// DB), and then objs and errs mean nothing. The caller may hold mu
+// (shared) or not.
+func (x *Indexer) decodeKeys(keys []string) (objs []runtime.Object, errs []error, err error) {
+	objs = make([]runtime.Object, len(keys))
+	errs = make([]error, len(keys))
+	decodeRange := func(from, to int) error {
+		return x.db.View(func(tx *store.Tx) error {
+			for i := from; i < to; i++ {
+				objs[i], errs[i] = x.readLocked(tx, keys[i])
+			}
+			return nil
+		})
+	}
+	workers := min(decodeWorkers(), max(1, len(keys)/64))
+	if workers == 1 {
+		return objs, errs, decodeRange(0, len(keys))
+	}
+	var wg sync.WaitGroup
+	per := (len(keys) + workers - 1) / workers
+	txErrs := make([]error, workers)
+	for w, from := 0, 0; from < len(keys); w, from = w+1, from+per {
+		wg.Add(1)
+		go func(w, from, to int) {
+			defer wg.Done()
+			txErrs[w] = decodeRange(from, to)
+		}(w, from, min(from+per, len(keys)))
+	}
+	wg.Wait()
+	return objs, errs, errors.Join(txErrs...)
+}
+
+// installLocked moves decoded objects of keys that are still lazy into
+// memory. A key whose record does not decode leaves the lazy set for the
+// undecodable one (reads report it, List leaves it out) until a mutation
+// replaces or deletes it. The caller holds mu.
+func (x *Indexer) installLocked(keys []string, objs []runtime.Object, errs []error) {
+	bad := 0
+	for i, k := range keys {
+		if _, ok := x.lazy[k]; !ok {
+			continue // changed meanwhile: memory has the newer state
+		}
+		delete(x.lazy, k)
+		if errs[i] != nil {
+			x.undecodable[k] = errs[i]
+			if bad++; bad == 1 {
+				x.logger.Error(errs[i], "Object in the cache file does not decode: it is left out until the server sends it again", "key", k)
+			}
+			continue
+		}
+		x.objs[k] = objs[i]
+	}
+	if bad > 1 {
+		x.logger.Error(nil, "More objects in the cache file do not decode", "count", bad-1)
+	}
+	if len(x.lazy) == 0 {
+		x.decodedOnce.Do(func() { close(x.decoded) })
+	}
+}
+
+// lazyGetLocked decodes the lazy key under the caller's shared lock and
+// returns the object to install afterwards with installAfter (unless the
+// file could not be read: then err is the file's and nothing is to be
+// installed).
+func (x *Indexer) lazyGetLocked(key string) (obj runtime.Object, recErr, err error) {
+	objs, errs, err := x.decodeKeys([]string{key})
+	if err != nil {
+		return nil, nil, err
+	}
+	return objs[0], errs[0], nil
+}
+
+// installAfter installs decoded objects once the caller has released its
+// shared lock.
+func (x *Indexer) installAfter(keys []string, objs []runtime.Object, errs []error) {
+	x.mu.Lock()
+	x.installLocked(keys, objs, errs)
+	x.mu.Unlock()
+}
+
+// undecodableError is what reads of an undecodable key return.
+func (x *Indexer) undecodableError(key string, err error) error {
+	return fmt.Errorf("indexer %q: key %q: %w", x.name, key, err)
+}
+
+// Undecodable returns how many loaded objects could not be decoded (left
+// out of List until the server sends them again).
+func (x *Indexer) Undecodable() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return len(x.undecodable)
+}
+
+// InitialList returns every object, like List, but without holding the
+// lock for the whole decode: Full mode decodes what the load left on disk
+// first (as List does); Bounded mode decodes the file's objects in chunks,
+// taking the shared lock per chunk, so that writers (the informer's
+// bookmark of the disk answer) are not held back meanwhile. It is an
+// atomic snapshot only when nothing writes meanwhile: the informer uses it
+// for a warm start's initial adds, while it holds the watch events back.
+func (x *Indexer) InitialList() []any {
+	if !x.bounded {
+		return x.List()
+	}
+	keys := x.ListKeys()
+	sort.Strings(keys)
+	out := make([]any, 0, len(keys))
+	for from := 0; from < len(keys); from += fillChunk {
+		chunk := keys[from:min(from+fillChunk, len(keys))]
+		x.mu.RLock()
+		present := chunk[:0:0]
+		for _, k := range chunk {
+			if x.items[k] != nil {
+				present = append(present, k)
+			}
+		}
+		out = append(out, x.fetchManyLocked(present)...)
+		x.mu.RUnlock()
+	}
+	return out
+}

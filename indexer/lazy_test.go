@@ -1,0 +1,295 @@
+package indexer_test
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/boltinformer/boltinformer/indexer"
+	"github.com/boltinformer/boltinformer/internal/testobj"
+	"github.com/boltinformer/boltinformer/store"
+)
+
+// lazySubject writes a history of n Pods to a Full indexer and to
+// client-go's, closes ours and opens it again with the background fill
+// held, so that every object but the probe is still on disk only.
+func lazySubject(t *testing.T, n int) (*subject, cache.Indexer, func()) {
+	t.Helper()
+	ref := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, testIndexers())
+	s := newSubject(t, subjectConfig{}, testIndexers())
+	loadHistory(t, n, ref, s.x)
+	release := indexer.HoldFill()
+	t.Cleanup(func() {
+		if release != nil {
+			release()
+		}
+	})
+	s.reopen()
+	r := release
+	release = nil
+	return s, ref, r
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestLazyWarmLoad: after a warm load, keys and index sets are served
+// before any payload is decoded; reads decode what they touch; writes to
+// keys still on disk win over the disk; the fill then completes, and the
+// result equals client-go's indexer.
+func TestLazyWarmLoad(t *testing.T) {
+	s, ref, release := lazySubject(t, 200)
+	x := s.x
+	if got := x.CachedObjects(); got > 1 {
+		t.Fatalf("CachedObjects %d right after a warm load with the fill held, want at most the probe", got)
+	}
+	if isClosed(x.Decoded()) {
+		t.Fatal("Decoded closed before anything was decoded")
+	}
+	// Keys, index keys and index values need no payload.
+	if w, g := sortedCopy(ref.ListKeys()), sortedCopy(x.ListKeys()); fmt.Sprint(w) != fmt.Sprint(g) {
+		t.Fatalf("ListKeys differ")
+	}
+	for name := range testIndexers() {
+		wv, gv := sortedCopy(ref.ListIndexFuncValues(name)), sortedCopy(x.ListIndexFuncValues(name))
+		if fmt.Sprint(wv) != fmt.Sprint(gv) {
+			t.Fatalf("ListIndexFuncValues(%s): want %v, got %v", name, wv, gv)
+		}
+		for _, v := range wv {
+			wk, _ := ref.IndexKeys(name, v)
+			gk, _ := x.IndexKeys(name, v)
+			if fmt.Sprint(sortedCopy(wk)) != fmt.Sprint(sortedCopy(gk)) {
+				t.Fatalf("IndexKeys(%s, %s) differ", name, v)
+			}
+		}
+	}
+	if got := x.CachedObjects(); got > 1 {
+		t.Fatalf("CachedObjects %d after key-only reads", got)
+	}
+	// A Get decodes one object.
+	keys := sortedCopy(ref.ListKeys())
+	want, _, _ := ref.GetByKey(keys[7])
+	got, ok, err := x.GetByKey(keys[7])
+	if err != nil || !ok {
+		t.Fatalf("GetByKey(%s): %v %v", keys[7], ok, err)
+	}
+	if err := sameObject(want, got); err != nil {
+		t.Fatal(err)
+	}
+	if again, _, _ := x.GetByKey(keys[7]); again != got {
+		t.Fatal("a second Get decoded again instead of returning the installed object")
+	}
+	// ByIndex decodes the objects of one value.
+	wantObjs, _ := ref.ByIndex("namespace", "ns-1")
+	gotObjs, err := x.ByIndex("namespace", "ns-1")
+	if err != nil || len(gotObjs) != len(wantObjs) {
+		t.Fatalf("ByIndex: %d objects (%v), want %d", len(gotObjs), err, len(wantObjs))
+	}
+	wm, wk, _ := byKey(wantObjs)
+	if err := (&comparer{}).compareObjects("ByIndex", wm, wk, gotObjs, false); err != nil {
+		t.Fatal(err)
+	}
+	if c := x.CachedObjects(); c <= 2 || c >= len(keys) {
+		t.Fatalf("CachedObjects %d after one Get and one ByIndex of %d", c, len(keys))
+	}
+	// Writes to lazy keys: an update, a delete, an add.
+	upd := newPod("ns-2", "pod-000010", "9001", onNode("node-new"))
+	if _, ok, _ := ref.GetByKey(keyOf(upd)); !ok {
+		t.Fatalf("%s is not in the history", keyOf(upd))
+	}
+	del := testobj.Pod(20, 4, 3, "9002")
+	applyBoth(t, func(ix cache.Indexer) error { return ix.Update(upd) }, ref, x)
+	applyBoth(t, func(ix cache.Indexer) error { return ix.Delete(del) }, ref, x)
+	applyBoth(t, func(ix cache.Indexer) error { return ix.Add(newPod("ns-9", "fresh", "9003")) }, ref, x)
+	release()
+	select {
+	case <-x.Decoded():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the fill did not complete")
+	}
+	if c := x.CachedObjects(); c != x.Len() {
+		t.Fatalf("CachedObjects %d after the fill, Len %d", c, x.Len())
+	}
+	if err := diffIndexers(ref, x, diffOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	s.reopen()
+	if err := diffIndexers(ref, s.x, diffOpts{}); err != nil {
+		t.Fatalf("after reopen: %v", err)
+	}
+}
+
+// TestLazyListDecodesAll: List does not wait for the (held) background
+// fill: it decodes what is left itself.
+func TestLazyListDecodesAll(t *testing.T) {
+	s, ref, release := lazySubject(t, 150)
+	defer release()
+	if err := diffIndexers(ref, s.x, diffOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	if !isClosed(s.x.Decoded()) {
+		t.Fatal("Decoded not closed after List decoded everything")
+	}
+}
+
+// TestLazyAddIndexers: a backfill after a warm load decodes what it needs.
+func TestLazyAddIndexers(t *testing.T) {
+	s, ref, release := lazySubject(t, 120)
+	defer release()
+	extra := cache.Indexers{"phase2": phaseIndexFunc}
+	if err := ref.AddIndexers(extra); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.x.AddIndexers(extra); err != nil {
+		t.Fatal(err)
+	}
+	if err := diffIndexers(ref, s.x, diffOpts{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLazyConcurrent: readers and writers race the background fill (run
+// with -race); the end state equals client-go's.
+func TestLazyConcurrent(t *testing.T) {
+	s, ref, release := lazySubject(t, 400)
+	x := s.x
+	keys := sortedCopy(ref.ListKeys())
+	var wg sync.WaitGroup
+	for r := 0; r < 3; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			for i := r; i < len(keys); i += 3 {
+				if _, _, err := x.GetByKey(keys[i]); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%17 == 0 {
+					_, _ = x.ByIndex("namespace", "ns-0")
+				}
+			}
+		}(r)
+	}
+	// The writer is the only one to touch ref (client-go's indexer is
+	// safe for concurrent use anyway).
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; i < len(keys); i += 5 {
+			obj, _, _ := ref.GetByKey(keys[i])
+			p := obj.(*corev1.Pod).DeepCopy()
+			p.ResourceVersion = fmt.Sprint(20000 + i)
+			p.Spec.NodeName = "node-raced"
+			if i%2 == 0 {
+				applyBoth(t, func(ix cache.Indexer) error { return ix.Delete(p) }, ref, x)
+			} else {
+				applyBoth(t, func(ix cache.Indexer) error { return ix.Update(p) }, ref, x)
+			}
+		}
+	}()
+	release()
+	wg.Wait()
+	<-x.Decoded()
+	if err := diffIndexers(ref, x, diffOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	s.reopen()
+	if err := diffIndexers(ref, s.x, diffOpts{}); err != nil {
+		t.Fatalf("after reopen: %v", err)
+	}
+}
+
+// TestLazyUndecodable: a record whose checksum is right but whose payload
+// is not an object (only a writer bug or a crafted file makes one) is
+// found when first read: Get returns ErrCorrupt, List leaves it out, the
+// other objects are served, and a write from the server replaces it.
+func TestLazyUndecodable(t *testing.T) {
+	s := newSubject(t, subjectConfig{}, testIndexers())
+	var list []any
+	for i := range 30 {
+		list = append(list, testobj.Pod(i, 3, 2, "100"))
+	}
+	if err := s.x.Replace(list, "100"); err != nil {
+		t.Fatal(err)
+	}
+	s.close()
+	keys := make([]string, len(list))
+	for i, o := range list {
+		keys[i] = keyOf(o)
+	}
+	sort.Strings(keys)
+	bad := keys[len(keys)/2] // not the first: that one is decoded at load
+	b, err := bolt.Open(s.path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Update(func(tx *bolt.Tx) error {
+		objs := tx.Bucket([]byte("informers")).Bucket([]byte(informerName)).Bucket([]byte("objects"))
+		r, err := store.DecodeRecord(bad, objs.Get([]byte(bad)))
+		if err != nil {
+			return err
+		}
+		r.Payload = []byte{0x0a, 0xff, 0xff, 0xff}
+		raw, err := store.EncodeRecord(bad, r)
+		if err != nil {
+			return err
+		}
+		return objs.Put([]byte(bad), raw)
+	})
+	_ = b.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := store.Open(s.path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.db = db
+	x, err := indexer.Open(db, informerName, testIndexers(), &indexer.Options{Example: &corev1.Pod{}})
+	if err != nil {
+		t.Fatalf("Open with one undecodable record: %v", err)
+	}
+	s.x = x
+	<-x.Decoded()
+	if _, _, err := x.GetByKey(bad); !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("GetByKey(undecodable): %v, want ErrCorrupt", err)
+	}
+	if n := len(x.List()); n != len(list)-1 {
+		t.Fatalf("List has %d objects, want %d (all but the undecodable one)", n, len(list)-1)
+	}
+	if x.Undecodable() != 1 || x.Len() != len(list) {
+		t.Fatalf("Undecodable %d, Len %d", x.Undecodable(), x.Len())
+	}
+	// The server's version replaces it.
+	var fresh any
+	for _, o := range list {
+		if keyOf(o) == bad {
+			p := o.(*corev1.Pod).DeepCopy()
+			p.ResourceVersion = "200"
+			fresh = p
+		}
+	}
+	if err := x.Update(fresh); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := x.GetByKey(bad); err != nil || !ok || got != fresh {
+		t.Fatalf("after the update: %v %v %v", got, ok, err)
+	}
+	if x.Undecodable() != 0 {
+		t.Fatalf("Undecodable %d after the update", x.Undecodable())
+	}
+}
