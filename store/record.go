@@ -131,65 +131,7 @@ func EncodeRecord(key string, r *Record) ([]byte, error) {
 // AppendRecord appends the encoding of r, the record of key, to dst and
 // returns the extended slice, setting r.Checksum.
 func AppendRecord(dst []byte, key string, r *Record) ([]byte, error) {
-	buf := bytes.NewBuffer(dst)
-	buf.Grow(len(r.Payload) + 64 + len(r.UID) + len(r.ResourceVersion))
-	start := buf.Len()
-	enc := msgpack.GetEncoder()
-	defer msgpack.PutEncoder(enc)
-	enc.Reset(buf)
-	err := encodeHead(enc, r)
-	if err == nil {
-		r.Checksum = recordChecksum(key, buf.Bytes()[start:], r.Payload)
-		err = enc.EncodeUint32(r.Checksum)
-	}
-	if err == nil {
-		err = enc.EncodeBytesLen(len(r.Payload))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("store: encode record %q: %w", key, err)
-	}
-	buf.Write(r.Payload)
-	return buf.Bytes(), nil
-}
-
-// encodeHead writes the array header and fields 0 to 6.
-func encodeHead(enc *msgpack.Encoder, r *Record) error {
-	if err := enc.EncodeArrayLen(recordFields); err != nil {
-		return err
-	}
-	for _, s := range []string{r.UID, r.ResourceVersion} {
-		if err := enc.EncodeString(s); err != nil {
-			return err
-		}
-	}
-	if err := enc.EncodeUint8(uint8(r.Codec)); err != nil {
-		return err
-	}
-	for _, s := range []string{r.KeyID, r.APIVersion, r.Kind} {
-		if err := enc.EncodeString(s); err != nil {
-			return err
-		}
-	}
-	if err := enc.EncodeArrayLen(len(r.Indexed)); err != nil {
-		return err
-	}
-	for _, iv := range r.Indexed {
-		if err := enc.EncodeArrayLen(2); err != nil {
-			return err
-		}
-		if err := enc.EncodeString(iv.Index); err != nil {
-			return err
-		}
-		if err := enc.EncodeArrayLen(len(iv.Values)); err != nil {
-			return err
-		}
-		for _, v := range iv.Values {
-			if err := enc.EncodeString(v); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return appendEnvelope(dst, key, r)
 }
 
 // DecodeRecord decodes and verifies the record stored under key. b is not

@@ -100,6 +100,20 @@ func (c *Codec) Encrypted() bool { return c.seal != nil }
 // Encode returns the record for obj stored under key. The key is bound to
 // a sealed payload as additional data, so sealed records cannot be swapped.
 func (c *Codec) Encode(key string, obj any) (*store.Record, error) {
+	r := &store.Record{}
+	ro, err := c.envelope(key, obj, r)
+	if err != nil {
+		return nil, err
+	}
+	if r.Payload, err = c.payload(key, obj, ro, r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// envelope checks obj and sets r's fields from it, except Indexed and the
+// payload.
+func (c *Codec) envelope(key string, obj any, r *store.Record) (runtime.Object, error) {
 	ro, ok := obj.(runtime.Object)
 	if !ok {
 		return nil, fmt.Errorf("%w: %T is not a runtime.Object", ErrUnsupportedType, obj)
@@ -108,23 +122,31 @@ func (c *Codec) Encode(key string, obj any) (*store.Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %T: %v", ErrUnsupportedType, obj, err)
 	}
-	r := &store.Record{
-		UID:             string(acc.GetUID()),
-		ResourceVersion: acc.GetResourceVersion(),
-		Codec:           c.kind,
-	}
+	r.UID = string(acc.GetUID())
+	r.ResourceVersion = acc.GetResourceVersion()
+	r.Codec = c.kind
+	r.KeyID = ""
 	gvk := ro.GetObjectKind().GroupVersionKind()
 	r.APIVersion, r.Kind = gvk.ToAPIVersionAndKind()
-	var payload []byte
 	switch {
 	case c.unstructured:
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
+		if _, ok := obj.(*unstructured.Unstructured); !ok {
 			return nil, fmt.Errorf("%w: %T in an unstructured informer", ErrUnsupportedType, obj)
 		}
-		payload, err = u.MarshalJSON()
 	case reflect.TypeOf(obj).Elem() != c.typ:
 		return nil, fmt.Errorf("%w: %T in an informer of %s", ErrUnsupportedType, obj, c.typ)
+	}
+	return ro, nil
+}
+
+// payload encodes (and seals) the payload of obj, checked by envelope, and
+// sets r.KeyID.
+func (c *Codec) payload(key string, obj any, ro runtime.Object, r *store.Record) ([]byte, error) {
+	var payload []byte
+	var err error
+	switch {
+	case c.unstructured:
+		payload, err = obj.(*unstructured.Unstructured).MarshalJSON()
 	case c.kind == store.CodecProtobuf:
 		var buf bytes.Buffer
 		err = c.raw.Encode(ro, &buf)
@@ -141,8 +163,7 @@ func (c *Codec) Encode(key string, obj any) (*store.Record, error) {
 			return nil, err
 		}
 	}
-	r.Payload = payload
-	return r, nil
+	return payload, nil
 }
 
 // Decode returns the object of a record stored under key.
