@@ -110,3 +110,53 @@ func (s *indexSet) fromRecord(r *store.Record) [][]string {
 	}
 	return vals
 }
+
+// scan collects one record's index values from store.ScanRecord, aligned
+// with the set's names, interning the strings it makes (index values and
+// resourceVersions repeat across records). One per loading goroutine.
+type scan struct {
+	names  []string
+	cur    [][]string
+	intern map[string]string
+}
+
+func (s *indexSet) newScan() *scan {
+	return &scan{names: s.names, intern: map[string]string{}}
+}
+
+func (sc *scan) reset() { sc.cur = nil }
+
+// add is the ScanRecord callback.
+func (sc *scan) add(name, value []byte) {
+	for i, n := range sc.names {
+		if n != string(name) {
+			continue
+		}
+		if sc.cur == nil {
+			sc.cur = make([][]string, len(sc.names))
+		}
+		sc.cur[i] = append(sc.cur[i], sc.str(value))
+		return
+	}
+	// An index no longer in the set: its values are forgotten.
+}
+
+// vals returns the values collected since reset.
+func (sc *scan) vals() [][]string {
+	if sc.cur == nil && len(sc.names) > 0 {
+		return make([][]string, len(sc.names))
+	}
+	return sc.cur
+}
+
+// str returns b as an interned string.
+func (sc *scan) str(b []byte) string {
+	if s, ok := sc.intern[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if len(sc.intern) < 1<<16 {
+		sc.intern[s] = s
+	}
+	return s
+}

@@ -71,6 +71,8 @@ type item struct {
 	rv, uid  string
 	vals     [][]string // index values, aligned with indexSet.names
 	valNames []string   // the names vals is aligned with
+	// lazy: loaded from the file and not decoded yet (Full mode, lazy.go).
+	lazy bool
 }
 
 type opKind uint8
@@ -115,24 +117,27 @@ type Indexer struct {
 	// a map of its own, like client-go's items, so that a Get is one map
 	// lookup and not a second, cache-missing pointer chase to an item.
 	objs map[string]any
-	// lazy are the keys (Full mode, after a warm load) whose objects are
-	// still on disk only; undecodable are those whose record did not
-	// decode (lazy.go).
-	lazy        map[string]struct{}
+	// lazyN counts the items (Full mode, after a warm load) whose objects
+	// are still on disk only; lazyKeys are the loaded keys in file order,
+	// for the fill to walk from fillPos; undecodable are the keys whose
+	// record did not decode (lazy.go).
+	lazyN       int
+	lazyKeys    []string
+	fillPos     int
 	undecodable map[string]error
 	idx         *indexSet
-	rv         string // of the last applied mutation
-	synced     bool
-	identity   store.State
-	pending    map[string]*pendingOp
-	inflight   map[string]*pendingOp // taken by the committer, not yet acknowledged
-	stateDirty bool
-	reset      bool // the next batch replaces the informer's old data
-	listed     bool // a Replace (complete list) since the last batch taken
-	drop       []string
-	saved      store.State // the state record last committed or loaded
-	commitErr  error
-	closed     bool
+	rv          string // of the last applied mutation
+	synced      bool
+	identity    store.State
+	pending     map[string]*pendingOp
+	inflight    map[string]*pendingOp // taken by the committer, not yet acknowledged
+	stateDirty  bool
+	reset       bool // the next batch replaces the informer's old data
+	listed      bool // a Replace (complete list) since the last batch taken
+	drop        []string
+	saved       store.State // the state record last committed or loaded
+	commitErr   error
+	closed      bool
 
 	// The background fill of lazy objects (lazy.go): fillMu makes the
 	// fill and the callers that need every object take turns; decoded is
@@ -175,7 +180,6 @@ func Open(db *store.DB, name string, indexers cache.Indexers, opts *Options) (*I
 		idx:      newIndexSet(indexers),
 		identity: opts.Identity,
 		pending:  map[string]*pendingOp{},
-		lazy:     map[string]struct{}{},
 		decoded:  make(chan struct{}),
 
 		undecodable: map[string]error{},
@@ -217,7 +221,7 @@ func Open(db *store.DB, name string, indexers cache.Indexers, opts *Options) (*I
 	if x.stateDirty || len(x.pending) > 0 {
 		x.committer.Notify(1)
 	}
-	if len(x.lazy) > 0 {
+	if x.lazyN > 0 {
 		x.startFill()
 	} else {
 		x.decodedOnce.Do(func() { close(x.decoded) })
@@ -297,9 +301,9 @@ func (x *Indexer) deleteLocked(key string) {
 		return
 	}
 	x.idx.update(key, it.vals, nil)
+	x.forgetLazyLocked(key)
 	delete(x.items, key)
 	delete(x.objs, key)
-	x.forgetLazyLocked(key)
 	if x.bounded {
 		x.lru.Remove(key)
 	}
@@ -522,15 +526,22 @@ func (x *Indexer) Get(obj any) (any, bool, error) {
 // forgetLazyLocked notes that memory now holds key's state (or that key
 // is gone): it is no longer lazy or undecodable.
 func (x *Indexer) forgetLazyLocked(key string) {
-	if len(x.lazy) == 0 && len(x.undecodable) == 0 {
+	if x.lazyN == 0 && len(x.undecodable) == 0 {
 		return
 	}
 	delete(x.undecodable, key)
-	if _, ok := x.lazy[key]; ok {
-		delete(x.lazy, key)
-		if len(x.lazy) == 0 {
-			x.decodedOnce.Do(func() { close(x.decoded) })
-		}
+	if it := x.items[key]; it != nil && it.lazy {
+		x.clearLazyLocked(it)
+	}
+}
+
+// clearLazyLocked marks it decoded (or changed).
+func (x *Indexer) clearLazyLocked(it *item) {
+	it.lazy = false
+	x.lazyN--
+	if x.lazyN == 0 {
+		x.lazyKeys = nil
+		x.decodedOnce.Do(func() { close(x.decoded) })
 	}
 }
 
@@ -539,7 +550,7 @@ func (x *Indexer) GetByKey(key string) (any, bool, error) {
 	x.mu.RLock()
 	if !x.bounded {
 		obj, ok := x.objs[key]
-		if ok || (len(x.lazy) == 0 && len(x.undecodable) == 0) {
+		if ok || (x.lazyN == 0 && len(x.undecodable) == 0) {
 			x.mu.RUnlock()
 			return obj, ok, nil
 		}
@@ -547,7 +558,7 @@ func (x *Indexer) GetByKey(key string) (any, bool, error) {
 			x.mu.RUnlock()
 			return nil, false, x.undecodableError(key, err)
 		}
-		if _, lazy := x.lazy[key]; !lazy {
+		if it := x.items[key]; it == nil || !it.lazy {
 			x.mu.RUnlock()
 			return nil, false, nil
 		}
@@ -585,6 +596,25 @@ func (x *Indexer) List() []any {
 	if !x.bounded {
 		for _, obj := range x.objs {
 			out = append(out, obj)
+		}
+		if x.lazyN > 0 {
+			// The fill could not read the file: decode the rest here.
+			var lazy []string
+			for k, it := range x.items {
+				if it.lazy {
+					lazy = append(lazy, k)
+				}
+			}
+			objs, errs, err := x.decodeKeys(lazy)
+			if err != nil {
+				x.logger.Error(err, "Objects not readable")
+				return out
+			}
+			for i, obj := range objs {
+				if errs[i] == nil {
+					out = append(out, obj)
+				}
+			}
 		}
 		return out
 	}
@@ -656,7 +686,7 @@ func (x *Indexer) objectsLocked(keys sets.Set[string]) (out []any, lazyKeys []st
 	for k := range keys {
 		if obj, ok := x.objs[k]; ok {
 			out = append(out, obj)
-		} else if _, lazy := x.lazy[k]; lazy {
+		} else if it := x.items[k]; it != nil && it.lazy {
 			lazyKeys = append(lazyKeys, k)
 		}
 	}
@@ -692,7 +722,7 @@ func (x *Indexer) objectsUnlock(keys sets.Set[string]) []any {
 // (List).
 func (x *Indexer) fillForRead() {
 	x.mu.RLock()
-	n := len(x.lazy)
+	n := x.lazyN
 	x.mu.RUnlock()
 	if n == 0 {
 		return

@@ -20,7 +20,7 @@ import (
 // ListIndexFuncValues, and to keep the index sets, at once. Payloads are
 // decoded on first access (GetByKey, Index, ByIndex) and by a background
 // fill that the indexer owns (started by Open, stopped by Close); List
-// waits for the fill. A key stays in x.lazy exactly as long as memory has
+// waits for the fill. A key's item stays lazy exactly as long as memory has
 // not changed it since the load, so the file still holds the loaded
 // record for it: a decode may read the file at any time and install its
 // result if the key is still lazy then.
@@ -73,22 +73,28 @@ func (x *Indexer) fill(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		x.mu.RLock()
-		keys := make([]string, 0, min(fillChunk, len(x.lazy)))
-		for k := range x.lazy {
-			if len(keys) == fillChunk {
-				break
+		// The next chunk of keys still lazy, in file order.
+		x.mu.Lock()
+		from := x.fillPos
+		keys := make([]string, 0, min(fillChunk, x.lazyN))
+		for ; x.fillPos < len(x.lazyKeys) && len(keys) < fillChunk; x.fillPos++ {
+			k := x.lazyKeys[x.fillPos]
+			if it := x.items[k]; it != nil && it.lazy {
+				keys = append(keys, k)
 			}
-			keys = append(keys, k)
 		}
-		x.mu.RUnlock()
+		x.mu.Unlock()
 		if len(keys) == 0 {
 			return nil
 		}
-		sort.Strings(keys) // file order: neighbouring pages
 		objs, errs, err := x.decodeKeys(keys)
 		if err != nil {
-			return err // the file, not a record: nothing is installed
+			// The file, not a record: nothing is installed, and the next
+			// fill starts over at this chunk.
+			x.mu.Lock()
+			x.fillPos = from
+			x.mu.Unlock()
+			return err
 		}
 		x.mu.Lock()
 		x.installLocked(keys, objs, errs)
@@ -112,22 +118,15 @@ func (x *Indexer) decodeKeys(keys []string) (objs []runtime.Object, errs []error
 			return nil
 		})
 	}
-	workers := min(decodeWorkers(), max(1, len(keys)/64))
-	if workers == 1 {
-		return objs, errs, decodeRange(0, len(keys))
-	}
-	var wg sync.WaitGroup
-	per := (len(keys) + workers - 1) / workers
-	txErrs := make([]error, workers)
-	for w, from := 0, 0; from < len(keys); w, from = w+1, from+per {
-		wg.Add(1)
-		go func(w, from, to int) {
-			defer wg.Done()
-			txErrs[w] = decodeRange(from, to)
-		}(w, from, min(from+per, len(keys)))
-	}
-	wg.Wait()
-	return objs, errs, errors.Join(txErrs...)
+	var mu sync.Mutex
+	parallel(len(keys), 64, func(from, to int) {
+		if e := decodeRange(from, to); e != nil {
+			mu.Lock()
+			err = errors.Join(err, e)
+			mu.Unlock()
+		}
+	})
+	return objs, errs, err
 }
 
 // installLocked moves decoded objects of keys that are still lazy into
@@ -137,10 +136,11 @@ func (x *Indexer) decodeKeys(keys []string) (objs []runtime.Object, errs []error
 func (x *Indexer) installLocked(keys []string, objs []runtime.Object, errs []error) {
 	bad := 0
 	for i, k := range keys {
-		if _, ok := x.lazy[k]; !ok {
+		it := x.items[k]
+		if it == nil || !it.lazy {
 			continue // changed meanwhile: memory has the newer state
 		}
-		delete(x.lazy, k)
+		x.clearLazyLocked(it)
 		if errs[i] != nil {
 			x.undecodable[k] = errs[i]
 			if bad++; bad == 1 {
@@ -153,9 +153,7 @@ func (x *Indexer) installLocked(keys []string, objs []runtime.Object, errs []err
 	if bad > 1 {
 		x.logger.Error(nil, "More objects in the cache file do not decode", "count", bad-1)
 	}
-	if len(x.lazy) == 0 {
-		x.decodedOnce.Do(func() { close(x.decoded) })
-	}
+
 }
 
 // lazyGetLocked decodes the lazy key under the caller's shared lock and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -25,19 +26,47 @@ func newCodec(opts *Options) (*codec.Codec, error) {
 	return c, nil
 }
 
+// parallel runs fn over [0, n) in one contiguous range per worker, with
+// at least minPer items per worker.
+func parallel(n, minPer int, fn func(from, to int)) {
+	workers := min(decodeWorkers(), max(1, n/minPer))
+	if workers == 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	per := (n + workers - 1) / workers
+	for from := 0; from < n; from += per {
+		wg.Add(1)
+		go func(from, to int) {
+			defer wg.Done()
+			fn(from, to)
+		}(from, min(from+per, n))
+	}
+	wg.Wait()
+}
+
 // Codec returns the indexer's payload codec.
 func (x *Indexer) Codec() *codec.Codec { return x.codec }
 
+// envelope is what the load keeps of a record.
+type envelope struct {
+	rv, uid, keyID string
+	vals           [][]string
+	err            error
+}
+
 // load reads the informer's state and record envelopes from the file:
 // keys, resourceVersions, UIDs and index values, all covered by the
-// records' checksums. Payloads stay on disk: in Full mode they are decoded
-// on first access and by the background fill (lazy.go). One record of
-// each encryption key id (and the first record) is decoded at once, so
-// that a wrong example type or a wrong key fails here, not later.
+// records' checksums (verified here, payloads included, in parallel).
+// Payloads stay on disk: in Full mode they are decoded on first access and
+// by the background fill (lazy.go). One record of each encryption key id
+// (and the first record) is decoded at once, so that a wrong example type
+// or a wrong key fails here, not later.
 func (x *Indexer) load() error {
 	var st *store.State
-	var probes []string
-	keyIDs := map[string]bool{}
+	var keys []string
+	var envs []envelope
 	err := x.db.View(func(tx *store.Tx) error {
 		var err error
 		if st, err = tx.State(x.name); err != nil {
@@ -46,25 +75,57 @@ func (x *Indexer) load() error {
 		if st == nil {
 			return nil
 		}
-		return tx.ForEachView(x.name, func(key string, r *store.Record) error {
-			if !keyIDs[r.KeyID] {
-				keyIDs[r.KeyID] = true
-				probes = append(probes, key)
-			}
-			it := &item{rv: r.ResourceVersion, uid: r.UID, vals: x.idx.fromRecord(r), valNames: x.idx.names}
-			x.items[key] = it
-			x.idx.update(key, nil, it.vals)
-			if !x.bounded {
-				x.lazy[key] = struct{}{}
-			}
+		keys = make([]string, 0, max(0, st.Objects))
+		var raws [][]byte // valid during the transaction
+		if err := tx.ForEachRaw(x.name, func(key string, raw []byte) error {
+			keys = append(keys, key)
+			raws = append(raws, raw)
 			return nil
+		}); err != nil {
+			return err
+		}
+		envs = make([]envelope, len(keys))
+		parallel(len(keys), 256, func(from, to int) {
+			sc := x.idx.newScan()
+			for i := from; i < to; i++ {
+				sc.reset()
+				h, err := store.ScanRecord(keys[i], raws[i], sc.add)
+				if err != nil {
+					envs[i].err = fmt.Errorf("informer %q key %q: %w", x.name, keys[i], err)
+					continue
+				}
+				envs[i] = envelope{rv: string(h.ResourceVersion), uid: string(h.UID), keyID: sc.str(h.KeyID), vals: sc.vals()}
+			}
 		})
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("indexer %q: load %s: %w", x.name, x.db.Path(), err)
 	}
 	if st == nil {
 		return nil
+	}
+	items := make([]item, len(keys)) // one allocation for all
+	x.items = make(map[string]*item, len(keys))
+	keyIDs := map[string]bool{}
+	var probes []string
+	for i, key := range keys {
+		e := &envs[i]
+		if e.err != nil {
+			return fmt.Errorf("indexer %q: load %s: %w", x.name, x.db.Path(), e.err)
+		}
+		if !keyIDs[e.keyID] {
+			keyIDs[e.keyID] = true
+			probes = append(probes, key)
+		}
+		it := &items[i]
+		*it = item{rv: e.rv, uid: e.uid, vals: e.vals, valNames: x.idx.names, lazy: !x.bounded}
+		x.items[key] = it
+		x.idx.update(key, nil, it.vals)
+	}
+	if !x.bounded {
+		x.lazyN, x.lazyKeys = len(keys), keys
+		x.objs = make(map[string]any, len(keys))
 	}
 	if len(probes) > 0 {
 		objs, errs, err := x.decodeKeys(probes)
@@ -77,7 +138,7 @@ func (x *Indexer) load() error {
 			}
 			if !x.bounded {
 				x.objs[k] = objs[i]
-				delete(x.lazy, k)
+				x.clearLazyLocked(x.items[k])
 			}
 		}
 	}

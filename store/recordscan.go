@@ -1,0 +1,165 @@
+package store
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math"
+	"sync"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// RecordHead is a record's envelope as views into its encoding: the byte
+// slices alias the encoded record and are valid only as long as it is
+// (inside the transaction, for a record read from the file).
+type RecordHead struct {
+	UID, ResourceVersion, KeyID, APIVersion, Kind []byte
+	Codec                                         Codec
+	Checksum                                      uint32
+	Payload                                       []byte
+}
+
+// ScanRecord verifies the record stored under key, like DecodeRecord, but
+// copies nothing and allocates nothing: it returns the envelope as views
+// and calls index (when not nil) with every index value, in order, as
+// views too. When it returns an error, what index was given must be
+// discarded. A warm start reads every record this way.
+func ScanRecord(key string, b []byte, index func(name, value []byte)) (RecordHead, error) {
+	h, err := scanRecord(key, b, FormatVersion, index)
+	if err != nil {
+		return RecordHead{}, err
+	}
+	return h, nil
+}
+
+// recordScanner reads msgpack values in place from an encoded record.
+type recordScanner struct {
+	b   []byte
+	rd  bytes.Reader
+	dec *msgpack.Decoder
+}
+
+var scanners = sync.Pool{New: func() any { return &recordScanner{dec: msgpack.NewDecoder(nil)} }}
+
+func (s *recordScanner) pos() int { return len(s.b) - s.rd.Len() }
+
+// view reads a str or bin value (nil reads as empty) without copying it.
+func (s *recordScanner) view() ([]byte, error) {
+	n, err := s.dec.DecodeBytesLen()
+	if err != nil || n <= 0 {
+		return nil, err
+	}
+	if n > s.rd.Len() {
+		return nil, io.ErrUnexpectedEOF
+	}
+	p := s.pos()
+	if _, err := s.rd.Seek(int64(n), io.SeekCurrent); err != nil {
+		return nil, err
+	}
+	return s.b[p : p+n : p+n], nil
+}
+
+func (s *recordScanner) uint(max uint64, what string) (uint64, error) {
+	n, err := s.dec.DecodeUint64()
+	if err == nil && n > max {
+		err = fmt.Errorf("%s %d out of range", what, n)
+	}
+	return n, err
+}
+
+// scanRecord decodes a record of the given format version in place:
+// version 1's checksum covers the payload only.
+func scanRecord(key string, b []byte, version uint32, index func(name, value []byte)) (RecordHead, error) {
+	var h RecordHead
+	if err := checkMsgpack(b); err != nil {
+		return h, fmt.Errorf("%w: record: %v", ErrCorrupt, err)
+	}
+	s := scanners.Get().(*recordScanner)
+	defer func() {
+		s.b = nil
+		s.rd.Reset(nil)
+		scanners.Put(s)
+	}()
+	s.b = b
+	s.rd.Reset(b)
+	s.dec.Reset(&s.rd)
+	var head int
+	err := func() error {
+		n, err := s.dec.DecodeArrayLen()
+		if err != nil {
+			return err
+		}
+		if n != recordFields {
+			return fmt.Errorf("envelope has %d fields, want %d", n, recordFields)
+		}
+		if h.UID, err = s.view(); err != nil {
+			return err
+		}
+		if h.ResourceVersion, err = s.view(); err != nil {
+			return err
+		}
+		c, err := s.uint(math.MaxUint8, "codec")
+		if err != nil {
+			return err
+		}
+		h.Codec = Codec(c)
+		for _, p := range []*[]byte{&h.KeyID, &h.APIVersion, &h.Kind} {
+			if *p, err = s.view(); err != nil {
+				return err
+			}
+		}
+		entries, err := s.dec.DecodeArrayLen()
+		if err != nil {
+			return err
+		}
+		for i := 0; i < entries; i++ {
+			if m, err := s.dec.DecodeArrayLen(); err != nil || m != 2 {
+				return fmt.Errorf("index entry %d: %d fields, %v", i, m, err)
+			}
+			name, err := s.view()
+			if err != nil {
+				return err
+			}
+			vals, err := s.dec.DecodeArrayLen()
+			if err != nil {
+				return err
+			}
+			for j := 0; j < vals; j++ {
+				v, err := s.view()
+				if err != nil {
+					return err
+				}
+				if index != nil {
+					index(name, v)
+				}
+			}
+		}
+		head = s.pos()
+		sum, err := s.uint(math.MaxUint32, "checksum")
+		if err != nil {
+			return err
+		}
+		h.Checksum = uint32(sum)
+		n, err = s.dec.DecodeBytesLen()
+		if err == nil && (n < 0 || n != s.rd.Len()) {
+			err = fmt.Errorf("payload of %d bytes, %d follow", n, s.rd.Len())
+		}
+		return err
+	}()
+	if err != nil {
+		return RecordHead{}, fmt.Errorf("%w: record: %v", ErrCorrupt, err)
+	}
+	h.Payload = b[s.pos():len(b):len(b)]
+	if h.Codec == CodecUnknown {
+		return RecordHead{}, fmt.Errorf("%w: record: no codec", ErrCorrupt)
+	}
+	want := recordChecksum(key, b[:head], h.Payload)
+	if version == 1 {
+		want = payloadChecksum(h.Payload)
+	}
+	if want != h.Checksum {
+		return RecordHead{}, fmt.Errorf("%w: record: checksum %08x, want %08x (damaged, or stored under another key)", ErrCorrupt, h.Checksum, want)
+	}
+	return h, nil
+}
