@@ -118,7 +118,13 @@ type scan struct {
 	names  []string
 	cur    [][]string
 	intern map[string]string
+	// Slabs the records' value slices are cut from (one allocation per
+	// slabSize records instead of several per record).
+	valsSlab [][]string
+	strSlab  []string
 }
+
+const slabSize = 4096
 
 func (s *indexSet) newScan() *scan {
 	return &scan{names: s.names, intern: map[string]string{}}
@@ -133,7 +139,13 @@ func (sc *scan) add(name, value []byte) {
 			continue
 		}
 		if sc.cur == nil {
-			sc.cur = make([][]string, len(sc.names))
+			sc.cur = sc.takeVals()
+		}
+		if sc.cur[i] == nil {
+			if len(sc.strSlab) == 0 {
+				sc.strSlab = make([]string, slabSize)
+			}
+			sc.cur[i], sc.strSlab = sc.strSlab[:0:1], sc.strSlab[1:]
 		}
 		sc.cur[i] = append(sc.cur[i], sc.str(value))
 		return
@@ -141,10 +153,21 @@ func (sc *scan) add(name, value []byte) {
 	// An index no longer in the set: its values are forgotten.
 }
 
+// takeVals cuts one record's [][]string from the slab.
+func (sc *scan) takeVals() [][]string {
+	n := len(sc.names)
+	if len(sc.valsSlab) < n {
+		sc.valsSlab = make([][]string, n*slabSize)
+	}
+	v := sc.valsSlab[:n:n]
+	sc.valsSlab = sc.valsSlab[n:]
+	return v
+}
+
 // vals returns the values collected since reset.
 func (sc *scan) vals() [][]string {
 	if sc.cur == nil && len(sc.names) > 0 {
-		return make([][]string, len(sc.names))
+		return sc.takeVals()
 	}
 	return sc.cur
 }

@@ -75,28 +75,64 @@ func (x *Indexer) load() error {
 		if st == nil {
 			return nil
 		}
-		keys = make([]string, 0, max(0, st.Objects))
-		var raws [][]byte // valid during the transaction
-		if err := tx.ForEachRaw(x.name, func(key string, raw []byte) error {
-			keys = append(keys, key)
-			raws = append(raws, raw)
-			return nil
-		}); err != nil {
-			return err
+		// The cursor walk (one goroutine) hands chunks of records to
+		// scanners (one per CPU) as it goes; the raw records are valid
+		// until the transaction ends, after every scanner is done.
+		type chunk struct {
+			keys []string
+			raws [][]byte
+			envs []envelope
 		}
-		envs = make([]envelope, len(keys))
-		parallel(len(keys), 256, func(from, to int) {
-			sc := x.idx.newScan()
-			for i := from; i < to; i++ {
-				sc.reset()
-				h, err := store.ScanRecord(keys[i], raws[i], sc.add)
-				if err != nil {
-					envs[i].err = fmt.Errorf("informer %q key %q: %w", x.name, keys[i], err)
-					continue
+		const chunkSize = 256
+		var chunks []*chunk
+		work := make(chan *chunk, 64)
+		var wg sync.WaitGroup
+		for range decodeWorkers() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sc := x.idx.newScan()
+				for c := range work {
+					for i, key := range c.keys {
+						sc.reset()
+						h, err := store.ScanRecord(key, c.raws[i], sc.add)
+						if err != nil {
+							c.envs[i].err = fmt.Errorf("informer %q key %q: %w", x.name, key, err)
+							continue
+						}
+						c.envs[i] = envelope{rv: string(h.ResourceVersion), uid: string(h.UID), keyID: sc.str(h.KeyID), vals: sc.vals()}
+					}
 				}
-				envs[i] = envelope{rv: string(h.ResourceVersion), uid: string(h.UID), keyID: sc.str(h.KeyID), vals: sc.vals()}
+			}()
+		}
+		cur := &chunk{}
+		walkErr := tx.ForEachRaw(x.name, func(key string, raw []byte) error {
+			cur.keys = append(cur.keys, key)
+			cur.raws = append(cur.raws, raw)
+			if len(cur.keys) == chunkSize {
+				cur.envs = make([]envelope, chunkSize)
+				chunks = append(chunks, cur)
+				work <- cur
+				cur = &chunk{}
 			}
+			return nil
 		})
+		if len(cur.keys) > 0 {
+			cur.envs = make([]envelope, len(cur.keys))
+			chunks = append(chunks, cur)
+			work <- cur
+		}
+		close(work)
+		wg.Wait()
+		if walkErr != nil {
+			return walkErr
+		}
+		keys = make([]string, 0, max(0, st.Objects))
+		envs = make([]envelope, 0, max(0, st.Objects))
+		for _, c := range chunks {
+			keys = append(keys, c.keys...)
+			envs = append(envs, c.envs...)
+		}
 		return nil
 	})
 	if err != nil {

@@ -128,6 +128,41 @@ func FuzzDecodeRecord(f *testing.F) {
 		if n := allocated(func() { r, err = store.DecodeRecord(key, b) }); n > decodeBudget(b) {
 			t.Fatalf("decoding %d bytes allocated %d", len(b), n)
 		}
+		// The in-place scanner (a warm load's) agrees with the decoder,
+		// without its length guard, and allocates next to nothing.
+		var h store.RecordHead
+		var scanned []store.IndexValues
+		var serr error
+		if n := allocated(func() {
+			h, serr = store.ScanRecord(key, b, func(name, value []byte) {
+				if len(scanned) == 0 || scanned[len(scanned)-1].Index != string(name) {
+					scanned = append(scanned, store.IndexValues{Index: string(name)})
+				}
+				last := &scanned[len(scanned)-1]
+				last.Values = append(last.Values, string(value))
+			})
+		}); n > 64<<10+uint64(len(b))*8 {
+			t.Fatalf("scanning %d bytes allocated %d", len(b), n)
+		}
+		if (serr == nil) != (err == nil) {
+			t.Fatalf("DecodeRecord: %v; ScanRecord: %v", err, serr)
+		}
+		if err == nil {
+			if string(h.UID) != r.UID || string(h.ResourceVersion) != r.ResourceVersion || h.Codec != r.Codec ||
+				string(h.KeyID) != r.KeyID || string(h.APIVersion) != r.APIVersion || string(h.Kind) != r.Kind ||
+				h.Checksum != r.Checksum || string(h.Payload) != string(r.Payload) {
+				t.Fatalf("ScanRecord %+v differs from DecodeRecord %+v", h, r)
+			}
+			var want []store.IndexValues
+			for _, iv := range r.Indexed {
+				if len(iv.Values) > 0 {
+					want = append(want, iv)
+				}
+			}
+			if !reflect.DeepEqual(normIndexed(scanned), normIndexed(want)) {
+				t.Fatalf("ScanRecord index values %v, DecodeRecord %v", scanned, want)
+			}
+		}
 		if err != nil {
 			if r != nil || !errors.Is(err, store.ErrCorrupt) {
 				t.Fatalf("DecodeRecord: %v, %v", r, err)
@@ -300,4 +335,18 @@ func TestFuzzBase(t *testing.T) {
 	if got := keys(t, db, "pods"); len(got) != 4 {
 		t.Fatalf("base holds %v", got)
 	}
+}
+
+// normIndexed merges consecutive entries of one index (the scanner sees
+// values, not entries) and maps empty to nil.
+func normIndexed(in []store.IndexValues) []store.IndexValues {
+	var out []store.IndexValues
+	for _, iv := range in {
+		if len(out) > 0 && out[len(out)-1].Index == iv.Index {
+			out[len(out)-1].Values = append(out[len(out)-1].Values, iv.Values...)
+			continue
+		}
+		out = append(out, store.IndexValues{Index: iv.Index, Values: append([]string(nil), iv.Values...)})
+	}
+	return out
 }

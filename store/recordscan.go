@@ -71,10 +71,10 @@ func (s *recordScanner) uint(max uint64, what string) (uint64, error) {
 // scanRecord decodes a record of the given format version in place:
 // version 1's checksum covers the payload only.
 func scanRecord(key string, b []byte, version uint32, index func(name, value []byte)) (RecordHead, error) {
+	// No checkMsgpack walk first (DecodeRecord's guard): the scanner
+	// allocates nothing whatever a damaged length says, and bounds-checks
+	// every length against the bytes left.
 	var h RecordHead
-	if err := checkMsgpack(b); err != nil {
-		return h, fmt.Errorf("%w: record: %v", ErrCorrupt, err)
-	}
 	s := scanners.Get().(*recordScanner)
 	defer func() {
 		s.b = nil
