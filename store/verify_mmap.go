@@ -15,7 +15,7 @@ func mapFile(f *os.File, size uint64) (data []byte, unmap func()) {
 	if size == 0 || size != uint64(int(size)) {
 		return nil, func() {}
 	}
-	b, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
+	b, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED|mapPopulate)
 	if err != nil {
 		return nil, func() {}
 	}

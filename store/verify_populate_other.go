@@ -1,0 +1,5 @@
+//go:build !linux
+
+package store
+
+const mapPopulate = 0
