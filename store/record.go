@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"hash/crc32"
-	"math"
 	"sort"
 	"time"
 
@@ -153,109 +152,25 @@ func ViewRecord(key string, b []byte) (*Record, error) {
 	return decodeRecord(key, b, FormatVersion)
 }
 
-// decodeRecord decodes a record of the given format version: version 1's
-// checksum covers the payload only.
+// decodeRecord decodes a record of the given format version (version 1's
+// checksum covers the payload only), with the in-place scanner, copying
+// the fields out of b except the payload.
 func decodeRecord(key string, b []byte, version uint32) (*Record, error) {
-	if err := checkMsgpack(b); err != nil {
-		return nil, fmt.Errorf("%w: record: %v", ErrCorrupt, err)
-	}
-	rd := bytes.NewReader(b)
-	dec := msgpack.GetDecoder()
-	defer msgpack.PutDecoder(dec)
-	dec.Reset(rd)
 	var r Record
-	var payloadLen int
-	pos := func() int { return len(b) - rd.Len() }
-	var head int
-	err := func() error {
-		n, err := dec.DecodeArrayLen()
-		if err != nil {
-			return err
+	h, err := scanRecord(key, b, version, func(name, value []byte) {
+		if n := len(r.Indexed); n == 0 || r.Indexed[n-1].Index != string(name) {
+			r.Indexed = append(r.Indexed, IndexValues{Index: string(name)})
 		}
-		if n != recordFields {
-			return fmt.Errorf("envelope has %d fields, want %d", n, recordFields)
-		}
-		for _, p := range []*string{&r.UID, &r.ResourceVersion} {
-			if *p, err = dec.DecodeString(); err != nil {
-				return err
-			}
-		}
-		c, err := dec.DecodeUint64()
-		if err != nil {
-			return err
-		}
-		if c > math.MaxUint8 {
-			return fmt.Errorf("codec %d out of range", c)
-		}
-		r.Codec = Codec(c)
-		for _, p := range []*string{&r.KeyID, &r.APIVersion, &r.Kind} {
-			if *p, err = dec.DecodeString(); err != nil {
-				return err
-			}
-		}
-		if r.Indexed, err = decodeIndexed(dec); err != nil {
-			return err
-		}
-		head = pos()
-		sum, err := dec.DecodeUint64()
-		if err != nil {
-			return err
-		}
-		if sum > math.MaxUint32 {
-			return fmt.Errorf("checksum %d out of range", sum)
-		}
-		r.Checksum = uint32(sum)
-		payloadLen, err = dec.DecodeBytesLen()
-		return err
-	}()
-	if err == nil && (payloadLen < 0 || payloadLen != rd.Len()) {
-		err = fmt.Errorf("payload of %d bytes, %d follow", payloadLen, rd.Len())
-	}
+		last := &r.Indexed[len(r.Indexed)-1]
+		last.Values = append(last.Values, string(value))
+	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: record: %v", ErrCorrupt, err)
-	}
-	r.Payload = b[pos():len(b):len(b)]
-	if r.Codec == CodecUnknown {
-		return nil, fmt.Errorf("%w: record: no codec", ErrCorrupt)
-	}
-	want := recordChecksum(key, b[:head], r.Payload)
-	if version == 1 {
-		want = payloadChecksum(r.Payload)
-	}
-	if want != r.Checksum {
-		return nil, fmt.Errorf("%w: record: checksum %08x, want %08x (damaged, or stored under another key)", ErrCorrupt, r.Checksum, want)
-	}
-	return &r, nil
-}
-
-// decodeIndexed decodes field 6 (nil or an array of [index, values]).
-func decodeIndexed(dec *msgpack.Decoder) ([]IndexValues, error) {
-	n, err := dec.DecodeArrayLen()
-	if err != nil || n <= 0 {
 		return nil, err
 	}
-	out := make([]IndexValues, n)
-	for i := range out {
-		if m, err := dec.DecodeArrayLen(); err != nil || m != 2 {
-			return nil, fmt.Errorf("index entry %d: %d fields, %v", i, m, err)
-		}
-		if out[i].Index, err = dec.DecodeString(); err != nil {
-			return nil, err
-		}
-		m, err := dec.DecodeArrayLen()
-		if err != nil {
-			return nil, err
-		}
-		if m > 0 {
-			out[i].Values = make([]string, m)
-			for j := range out[i].Values {
-				if out[i].Values[j], err = dec.DecodeString(); err != nil {
-					return nil, err
-				}
-			}
-		}
-	}
-	return out, nil
+	r.UID, r.ResourceVersion = string(h.UID), string(h.ResourceVersion)
+	r.Codec, r.KeyID, r.APIVersion, r.Kind = h.Codec, string(h.KeyID), string(h.APIVersion), string(h.Kind)
+	r.Checksum, r.Payload = h.Checksum, h.Payload
+	return &r, nil
 }
 
 // State is an informer's state record, msgpack-encoded as a map (so fields
