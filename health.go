@@ -18,6 +18,10 @@ type Health struct {
 	StartReason string `json:"startReason"`
 	// Objects in the cache.
 	Objects int `json:"objects"`
+	// Undecodable are objects of the file found not to decode after the
+	// load: left out of the cache until the relist it triggers replaces
+	// them (normally 0).
+	Undecodable int `json:"undecodable,omitempty"`
 	// SavedResourceVersion is what a restart would resume from, committed
 	// at LastCommit.
 	SavedResourceVersion string    `json:"savedResourceVersion"`
@@ -37,7 +41,8 @@ type Health struct {
 
 // Health returns the informer's health.
 func (s *Informer) Health() Health {
-	h := Health{Informer: s.name, Synced: s.HasSynced(), Start: "cold", StartReason: s.decision.Reason, Objects: s.indexer.Len()}
+	h := Health{Informer: s.name, Synced: s.HasSynced(), Start: "cold", StartReason: s.decision.Reason, Objects: s.indexer.Len(),
+		Undecodable: s.indexer.Undecodable()}
 	if s.decision.Warm {
 		h.Start = "warm"
 	}

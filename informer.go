@@ -77,16 +77,16 @@ type InformerOptions struct {
 // Informer is a cache.SharedIndexInformer whose indexer is persisted. Build
 // it with DB.NewInformer; listers may read its indexer at once.
 type Informer struct {
-	db          *DB
-	name        string
-	indexer     *indexer.Indexer
-	lw          cache.ListerWatcher
-	objectType  runtime.Object
-	processor   *processor.Processor
-	decision    recovery.Decision
-	policy      SyncPolicy
-	logger      klog.Logger
-	synced      chan struct{}
+	db         *DB
+	name       string
+	indexer    *indexer.Indexer
+	lw         cache.ListerWatcher
+	objectType runtime.Object
+	processor  *processor.Processor
+	decision   recovery.Decision
+	policy     SyncPolicy
+	logger     klog.Logger
+	synced     chan struct{}
 	// initialDone is closed once a warm start has queued the disk objects
 	// to the handlers registered before Run (at once for a cold start);
 	// handlersSynced once synced and initialDone are both closed: the
@@ -94,9 +94,16 @@ type Informer struct {
 	initialDone    chan struct{}
 	handlersSynced chan struct{}
 	diskAnswer     atomic.Bool // the next ReplacedAll is the disk answer
-	counters    informerCounters
-	listed      atomic.Bool  // a list (from disk or server) was applied
-	expiredSeen atomic.Int64 // reflector.Stats.Expired at the last relist
+	counters       informerCounters
+	listed         atomic.Bool  // a list (from disk or server) was applied
+	expiredSeen    atomic.Int64 // reflector.Stats.Expired at the last relist
+
+	// Undecodable objects found after the load (onUndecodable): a copy of
+	// the file is kept once, and a relist is requested from the reflector
+	// (resumePtr, set by start) or, before Run, when it starts.
+	relistWanted atomic.Bool
+	copyKept     atomic.Bool
+	resumePtr    atomic.Pointer[reflector.ListerWatcher]
 
 	// startedMu guards started, stopped, controller, resume, transform,
 	// watchErrorHandler and the resync periods. Lock order: startedMu
@@ -154,15 +161,17 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		damaged = err
 		decision = recovery.Decision{Reason: recovery.ReasonCorrupt, Detail: err.Error()}
 	}
+	sink := &undecodableSink{}
 	iopts := &indexer.Options{
-		Example:   example,
-		Mode:      o.Memory,
-		CacheSize: o.CacheSize,
-		Keyring:   o.Keyring,
-		Committer: db.committer,
-		Fresh:     !decision.Warm,
-		Identity:  identity,
-		Logger:    &logger,
+		OnUndecodable: sink.report,
+		Example:       example,
+		Mode:          o.Memory,
+		CacheSize:     o.CacheSize,
+		Keyring:       o.Keyring,
+		Committer:     db.committer,
+		Fresh:         !decision.Warm,
+		Identity:      identity,
+		Logger:        &logger,
 	}
 	var idx *indexer.Indexer
 	if damaged == nil {
@@ -208,6 +217,7 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		defaultEventHandlerResyncPeriod: resync,
 		listeners:                       map[*processor.Listener]struct{}{},
 	}
+	sink.attach(inf)
 	if err := db.register(name, inf); err != nil {
 		_ = idx.Close()
 		return nil, err
@@ -295,6 +305,10 @@ func (s *Informer) start(ctx context.Context) (bool, error) {
 		ropts.OnDiskAnswer = func() { s.diskAnswer.Store(true) }
 	}
 	s.resume = reflector.New(s.lw, ropts)
+	s.resumePtr.Store(s.resume)
+	if s.relistWanted.Load() {
+		s.resume.RequestRelist()
+	}
 	fifo := cache.NewRealFIFOWithOptions(cache.RealFIFOOptions{
 		Logger:                &logger,
 		Name:                  fmt.Sprintf("boltinformer %s", s.name),
@@ -337,6 +351,59 @@ func (s *Informer) distributeInitial(warm bool) {
 		s.processor.Distribute(processor.AddNotification{Obj: obj, InInitialList: true}, false)
 	}
 	close(s.initialDone)
+}
+
+// undecodableSink forwards the indexer's OnUndecodable to the informer,
+// holding what the background fill reports before the informer exists.
+type undecodableSink struct {
+	mu    sync.Mutex
+	inf   *Informer
+	early int
+}
+
+func (k *undecodableSink) report(n int) {
+	k.mu.Lock()
+	inf := k.inf
+	if inf == nil {
+		k.early += n
+	}
+	k.mu.Unlock()
+	if inf != nil {
+		inf.onUndecodable(n)
+	}
+}
+
+func (k *undecodableSink) attach(inf *Informer) {
+	k.mu.Lock()
+	k.inf = inf
+	n := k.early
+	k.early = 0
+	k.mu.Unlock()
+	if n > 0 {
+		inf.onUndecodable(n)
+	}
+}
+
+// onUndecodable handles objects of the file found not to decode after the
+// load (their checksums hold, their payloads do not decode): the indexer
+// leaves them out; a copy of the file is kept once, for a post-mortem,
+// and the reflector relists so that the server's objects replace them.
+// It may run on any goroutine, under the indexer's callers' locks: it
+// takes none.
+func (s *Informer) onUndecodable(n int) {
+	s.counters.undecodable.Add(int64(n))
+	if s.copyKept.CompareAndSwap(false, true) {
+		aside, err := s.db.keepCopy()
+		if err != nil {
+			s.logger.Error(err, "Objects in the cache file do not decode; could not keep a copy of it", "count", n)
+		} else {
+			s.logger.Error(nil, "Objects in the cache file do not decode: kept a copy of the file, relisting", "count", n, "copy", aside)
+		}
+	}
+	s.relistWanted.Store(true)
+	if r := s.resumePtr.Load(); r != nil {
+		r.RequestRelist()
+	}
 }
 
 // awaitInitial holds back every delta but the disk answer until the

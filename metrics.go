@@ -22,7 +22,7 @@ type metrics struct {
 	commitTime   prometheus.Histogram
 	commitErrors prometheus.Counter
 
-	objects, rvAge, size, depth, synced, events, relists, watches, watchErrors, start *prometheus.Desc
+	objects, rvAge, size, depth, synced, events, relists, watches, watchErrors, start, undecodable *prometheus.Desc
 }
 
 func newMetrics(db *DB) *metrics {
@@ -49,6 +49,7 @@ func newMetrics(db *DB) *metrics {
 	m.relists = d("relists_total", "Lists from the server after a start or resume, by reason (expired: the watch got 410; other).", "informer", "reason")
 	m.watches = d("watch_starts_total", "Watch requests started (a restart of the watch counts one).", "informer")
 	m.watchErrors = d("watch_errors_total", "Failed list or watch requests and watch error events.", "informer")
+	m.undecodable = d("undecodable_objects_total", "Objects of the cache file found not to decode after the load (each makes the informer relist).", "informer")
 	m.start = d("start_info", "How the informer started: mode warm or cold, with the reason.", "informer", "mode", "reason")
 	return m
 }
@@ -71,7 +72,7 @@ func (m *metrics) onCommit(info store.CommitInfo) {
 
 // Describe implements prometheus.Collector for the scrape-time metrics.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.objects, m.rvAge, m.size, m.depth, m.synced, m.events, m.relists, m.watches, m.watchErrors, m.start} {
+	for _, d := range []*prometheus.Desc{m.objects, m.rvAge, m.size, m.depth, m.synced, m.events, m.relists, m.watches, m.watchErrors, m.start, m.undecodable} {
 		ch <- d
 	}
 }
@@ -99,6 +100,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		counter(m.events, float64(inf.counters.events.Load()), inf.name)
 		counter(m.relists, float64(inf.counters.relistsExpired.Load()), inf.name, "expired")
 		counter(m.relists, float64(inf.counters.relistsOther.Load()), inf.name, "other")
+		counter(m.undecodable, float64(inf.counters.undecodable.Load()), inf.name)
 		ws := inf.WatchStats()
 		counter(m.watches, float64(ws.Watches), inf.name)
 		counter(m.watchErrors, float64(ws.Errors), inf.name)
@@ -123,4 +125,5 @@ type informerCounters struct {
 	events         atomic.Int64
 	relistsExpired atomic.Int64
 	relistsOther   atomic.Int64
+	undecodable    atomic.Int64
 }

@@ -64,6 +64,13 @@ type Options struct {
 	Identity store.State
 	// Logger is used for errors that have no caller to return to.
 	Logger *klog.Logger
+	// OnUndecodable, when set, is called (outside the indexer's lock, from
+	// whichever goroutine found them) with the number of objects loaded
+	// from the file that were just found not to decode: their checksums
+	// hold but their payloads do not decode (a writer's bug or a crafted
+	// file). They are left out of List until a write replaces them; the
+	// informer relists.
+	OnUndecodable func(n int)
 }
 
 // item is what memory holds per key. Guarded by Indexer.mu.
@@ -101,8 +108,9 @@ type Indexer struct {
 	bounded bool
 	logger  klog.Logger
 
-	committer *store.Committer
-	stop      context.CancelFunc // own committer, else nil
+	committer     *store.Committer
+	onUndecodable func(int)
+	stop          context.CancelFunc // own committer, else nil
 	done      chan struct{}
 
 	// lru holds decoded objects in Bounded mode; it locks itself. Lock
@@ -180,6 +188,8 @@ func Open(db *store.DB, name string, indexers cache.Indexers, opts *Options) (*I
 		idx:      newIndexSet(indexers),
 		identity: opts.Identity,
 		pending:  map[string]*pendingOp{},
+
+		onUndecodable: opts.OnUndecodable,
 		decoded:  make(chan struct{}),
 
 		undecodable: map[string]error{},
@@ -414,7 +424,8 @@ func (x *Indexer) Replace(list []any, resourceVersion string) error {
 	for i, obj := range list {
 		key := keys[i]
 		seen[key] = struct{}{}
-		if it := x.items[key]; it != nil && !x.reset {
+		_, bad := x.undecodable[key] // its record must be rewritten
+		if it := x.items[key]; it != nil && !x.reset && !bad {
 			rv, uid, _ := objectRV(obj)
 			if rv != "" && rv == it.rv && uid == it.uid {
 				// Unchanged on disk: swap the object in memory only.

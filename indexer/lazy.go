@@ -97,8 +97,17 @@ func (x *Indexer) fill(ctx context.Context) error {
 			return err
 		}
 		x.mu.Lock()
-		x.installLocked(keys, objs, errs)
+		bad := x.installLocked(keys, objs, errs)
 		x.mu.Unlock()
+		x.reportUndecodable(bad)
+	}
+}
+
+// reportUndecodable tells Options.OnUndecodable about n new undecodable
+// objects.
+func (x *Indexer) reportUndecodable(n int) {
+	if n > 0 && x.onUndecodable != nil {
+		x.onUndecodable(n)
 	}
 }
 
@@ -132,9 +141,9 @@ func (x *Indexer) decodeKeys(keys []string) (objs []runtime.Object, errs []error
 // installLocked moves decoded objects of keys that are still lazy into
 // memory. A key whose record does not decode leaves the lazy set for the
 // undecodable one (reads report it, List leaves it out) until a mutation
-// replaces or deletes it. The caller holds mu.
-func (x *Indexer) installLocked(keys []string, objs []runtime.Object, errs []error) {
-	bad := 0
+// replaces or deletes it. It returns how many became undecodable. The
+// caller holds mu.
+func (x *Indexer) installLocked(keys []string, objs []runtime.Object, errs []error) (bad int) {
 	for i, k := range keys {
 		it := x.items[k]
 		if it == nil || !it.lazy {
@@ -153,6 +162,7 @@ func (x *Indexer) installLocked(keys []string, objs []runtime.Object, errs []err
 	if bad > 1 {
 		x.logger.Error(nil, "More objects in the cache file do not decode", "count", bad-1)
 	}
+	return bad
 
 }
 
@@ -172,8 +182,9 @@ func (x *Indexer) lazyGetLocked(key string) (obj runtime.Object, recErr, err err
 // shared lock.
 func (x *Indexer) installAfter(keys []string, objs []runtime.Object, errs []error) {
 	x.mu.Lock()
-	x.installLocked(keys, objs, errs)
+	bad := x.installLocked(keys, objs, errs)
 	x.mu.Unlock()
+	x.reportUndecodable(bad)
 }
 
 // undecodableError is what reads of an undecodable key return.

@@ -48,6 +48,8 @@ type Stats struct {
 	// Resumed is true once the server accepted the resume (a watch event
 	// other than an error arrived, or a server List succeeded).
 	Resumed bool
+	// RelistsRequested counts relists forced by RequestRelist.
+	RelistsRequested int64
 }
 
 // ListerWatcher wraps a cache.ListerWatcher to resume from disk. Use New.
@@ -60,6 +62,11 @@ type ListerWatcher struct {
 	resumed     atomic.Bool
 	resumedCh   chan struct{}
 	resumedOnce sync.Once
+
+	// relist is set by RequestRelist until a watch is ended (or refused)
+	// for it; relistSignal wakes the running watch.
+	relist       atomic.Bool
+	relistSignal chan struct{}
 
 	// statsMu guards stats.
 	statsMu sync.Mutex
@@ -81,7 +88,7 @@ func New(inner cache.ListerWatcher, opts *Options) *ListerWatcher {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
-	lw := &ListerWatcher{inner: inner, opts: o, clock: o.Clock, resumedCh: make(chan struct{})}
+	lw := &ListerWatcher{inner: inner, opts: o, clock: o.Clock, resumedCh: make(chan struct{}), relistSignal: make(chan struct{}, 1)}
 	lw.diskPending.Store(o.ResourceVersion != "" && o.Snapshot != nil)
 	return lw
 }
@@ -111,6 +118,33 @@ func (lw *ListerWatcher) markResumed() {
 		lw.statsMu.Unlock()
 		close(lw.resumedCh)
 	})
+}
+
+// RequestRelist makes the Reflector list again from the server: the running
+// watch ends with a 410 Expired error event (or the next watch is refused
+// with one), which client-go's Reflector answers with a LIST. The informer
+// asks for it when objects loaded from the file turn out not to decode:
+// the list replaces them. It never blocks.
+func (lw *ListerWatcher) RequestRelist() {
+	lw.relist.Store(true)
+	select {
+	case lw.relistSignal <- struct{}{}:
+	default:
+	}
+}
+
+// relistError is the 410 a requested relist ends a watch with.
+func relistError() *apierrors.StatusError {
+	return apierrors.NewResourceExpired("boltinformer: relist requested: objects in the cache file do not decode")
+}
+
+// takeRelist consumes a pending relist request.
+func (lw *ListerWatcher) takeRelist() bool {
+	if !lw.relist.Swap(false) {
+		return false
+	}
+	lw.record(func(s *Stats) { s.RelistsRequested++ })
+	return true
 }
 
 // Stats returns a copy of what the ListerWatcher has seen.
@@ -176,6 +210,9 @@ func (lw *ListerWatcher) Watch(options metav1.ListOptions) (watch.Interface, err
 // WatchWithContext starts a watch on the wrapped ListerWatcher and observes
 // its events.
 func (lw *ListerWatcher) WatchWithContext(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+	if lw.takeRelist() {
+		return nil, relistError()
+	}
 	lw.record(func(s *Stats) { s.Watches++ })
 	w, err := cache.ToListerWatcherWithContext(lw.inner).WatchWithContext(ctx, options)
 	if err != nil {
@@ -235,6 +272,17 @@ func (o *observed) run(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			}
+		case <-o.lw.relistSignal:
+			if !o.lw.takeRelist() {
+				continue
+			}
+			status := relistError().Status()
+			select {
+			case o.out <- watch.Event{Type: watch.Error, Object: &status}:
+			case <-o.stopCh:
+			case <-ctx.Done():
+			}
+			return
 		case <-o.stopCh:
 			return
 		case <-ctx.Done():

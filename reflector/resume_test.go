@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -126,5 +127,52 @@ func TestWatchObservesEventsAndExpired(t *testing.T) {
 	}
 	if st := lw.Stats(); st.LastError == nil {
 		t.Fatal("the outage is not recorded")
+	}
+}
+
+// TestRequestRelist: a requested relist ends the running watch with a 410
+// ERROR event (client-go's Reflector then lists), or refuses the next
+// watch with one; it is not counted as the server's expiry.
+func TestRequestRelist(t *testing.T) {
+	src := newSource(t, 2)
+	lw := reflector.New(src, nil)
+	w, err := lw.Watch(metav1.ListOptions{ResourceVersion: src.ResourceVersion()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lw.RequestRelist()
+	select {
+	case ev, ok := <-w.ResultChan():
+		if !ok || ev.Type != watch.Error {
+			t.Fatalf("event %v (open %v), want the 410 ERROR", ev.Type, ok)
+		}
+		if err := apierrors.FromObject(ev.Object); !apierrors.IsResourceExpired(err) {
+			t.Fatalf("error event %v, want Expired", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch did not end")
+	}
+	select {
+	case _, ok := <-w.ResultChan():
+		if ok {
+			t.Fatal("an event after the relist's ERROR")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch's channel was not closed")
+	}
+	w.Stop()
+	// Requested before a watch starts: that watch is refused.
+	lw.RequestRelist()
+	if _, err := lw.Watch(metav1.ListOptions{ResourceVersion: src.ResourceVersion()}); !apierrors.IsResourceExpired(err) {
+		t.Fatalf("watch after RequestRelist: %v, want Expired", err)
+	}
+	// Only once: the next watch runs.
+	w, err = lw.Watch(metav1.ListOptions{ResourceVersion: src.ResourceVersion()})
+	if err != nil {
+		t.Fatalf("second watch: %v", err)
+	}
+	w.Stop()
+	if st := lw.Stats(); st.RelistsRequested != 2 || st.Expired != 0 {
+		t.Fatalf("stats %+v, want 2 requested relists and no server expiry", st)
 	}
 }
