@@ -8,7 +8,10 @@
 // batches, by a store.Committer (group commit). Two memory modes: full (every
 // decoded object in memory; reads as fast as client-go's indexer) and
 // bounded (only keys in memory, plus an LRU of decoded objects; a miss
-// decodes from bbolt).
+// decodes from bbolt). Opening a file reads only the record envelopes (keys,
+// index values, resourceVersions, all checksummed): a full indexer then
+// decodes payloads on first access and in a background fill that it owns
+// and stops in Close (lazy.go).
 //
 // It owns the decoded-object cache and the index functions. It never talks
 // to the API server and never mutates an object it was given or returns

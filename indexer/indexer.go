@@ -24,7 +24,9 @@ import (
 type Mode int
 
 const (
-	// Full keeps every decoded object in memory: reads never touch the file.
+	// Full keeps every decoded object in memory: reads never touch the
+	// file, once the objects of a warm load are decoded (at first access,
+	// or by the background fill: see Decoded).
 	Full Mode = iota
 	// Bounded keeps only keys, index sets and an LRU of decoded objects; a
 	// miss decodes from the file.
