@@ -148,7 +148,7 @@ func scanRecord(key string, b []byte, version uint32, index func(name, value []b
 		return err
 	}()
 	if err != nil {
-		return RecordHead{}, fmt.Errorf("%w: record: %v", ErrCorrupt, err)
+		return RecordHead{}, fmt.Errorf("%w: record: malformed envelope: %v", ErrCorrupt, err)
 	}
 	h.Payload = b[s.pos():len(b):len(b)]
 	if h.Codec == CodecUnknown {

@@ -138,7 +138,7 @@ func TestExportErrors(t *testing.T) {
 		{path, nil, exitFailure, `inspect: informer "v1/secrets": object "prod/api-token" is encrypted (key id "k1"): pass --key-file`},
 		{path, []string{"secrets", "--key-file", keyFile(t, wrongKey)}, exitFailure, `inspect: informer "v1/secrets": object "prod/api-token" does not decrypt`},
 		{path, []string{"pods", "-o", "wide"}, exitFailure, `inspect: unknown output format "wide" (want one of json, yaml, jsonl)`},
-		{withGarbageRecord(t), []string{"pods"}, exitCorrupt, `inspect: informer "v1/pods" object "ns-0/garbage": store: cache file is corrupt: record: malformed msgpack`},
+		{withGarbageRecord(t), []string{"pods"}, exitCorrupt, `inspect: informer "v1/pods" object "ns-0/garbage": store: cache file is corrupt: record: malformed envelope`},
 	} {
 		stdout, stderr := mustRun(t, tc.code, append([]string{"export", tc.path}, tc.args...)...)
 		if stdout != "" || !strings.HasPrefix(stderr, tc.want) {

@@ -101,7 +101,7 @@ func TestGetErrors(t *testing.T) {
 		{"no informer", path, []string{"nodes", "n1"}, exitFailure,
 			`inspect: no informer "nodes" (informers: dynamic/example.com/v1/widgets, example.com/v1/gadgets, v1/pods, v1/secrets)`},
 		{"garbage record", withGarbageRecord(t), []string{"pods", "ns-0/garbage"}, exitCorrupt,
-			`inspect: informer "v1/pods" key "ns-0/garbage": store: cache file is corrupt: record: malformed msgpack`},
+			`inspect: informer "v1/pods" key "ns-0/garbage": store: cache file is corrupt: record: malformed envelope`},
 		{"truncated", truncated(t, 40000), []string{"pods", "ns-0/pod-000000"}, exitCorrupt,
 			"inspect: $FILE is damaged and cannot be read: store: cache file is corrupt: $FILE: high-water mark"},
 		{"short", truncated(t, 1000), []string{"pods", "ns-0/pod-000000"}, exitCorrupt,

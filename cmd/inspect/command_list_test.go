@@ -118,7 +118,7 @@ func TestListErrors(t *testing.T) {
 		{path, []string{"pods", "--index", "node"}, exitFailure, `inspect: --index "node": want NAME=VALUE`},
 		{path, []string{"pods", "-l", "a=(b"}, exitFailure, `inspect: -l "a=(b": `},
 		{path, []string{"v1"}, exitFailure, `inspect: no informer "v1"`},
-		{withGarbageRecord(t), []string{"pods", "-o", "name"}, exitCorrupt, `inspect: informer "v1/pods" object "ns-0/garbage": store: cache file is corrupt: record: malformed msgpack`},
+		{withGarbageRecord(t), []string{"pods", "-o", "name"}, exitCorrupt, `inspect: informer "v1/pods" object "ns-0/garbage": store: cache file is corrupt: record: malformed envelope`},
 	} {
 		stdout, stderr := mustRun(t, tc.code, append([]string{"list", tc.path}, tc.args...)...)
 		if stdout != "" || !strings.HasPrefix(stderr, tc.want) {
