@@ -109,7 +109,7 @@ func (rb *RecordBuffer) AppendTail(key string, r *Record, w TailWriter) ([]byte,
 	start := payload - binHeadLen(n) - checksumLen - head
 	b := appendHead(rb.cur[start:start:payload], r)
 	r.Payload = rb.cur[payload:end:end]
-	r.Checksum = recordChecksum(key, b, r.Payload)
+	r.Checksum = encodeChecksum(key, b, r.Payload)
 	b = binary.BigEndian.AppendUint32(append(b, mpUint32), r.Checksum)
 	b = appendBinHead(b, n)
 	if len(b) != payload-start {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"fmt"
 	"sort"
 	"time"
@@ -20,6 +21,9 @@ type Op struct {
 	// Record.Indexed), keeping its payload: an index backfill. It is a no-op
 	// for an absent key.
 	IndexOnly bool
+	// Skip leaves the op out: its source could not encode it (see
+	// Batch.Encoding).
+	Skip bool
 }
 
 // Batch is the mutations of one informer that go into one transaction,
@@ -40,6 +44,22 @@ type Batch struct {
 	State *State
 	// Token is the source's own, carried back to Source.Committed.
 	Token any
+	// Encoding, when set, is the progress of a source that encodes the ops
+	// while Commit applies them, so that encoding and bbolt's work overlap.
+	// Each op's Key and IndexOnly are final when the batch is handed over;
+	// its Record, Raw and Skip only once Encoding.Ready for it has
+	// returned. Commit and the Committer wait for it; a source must not
+	// reuse the records' memory before the commit has returned.
+	Encoding Encoding
+}
+
+// Encoding is the progress of a batch whose ops are encoded while it is
+// committed (Batch.Encoding).
+type Encoding interface {
+	// Ready blocks until Ops[i] is final.
+	Ready(i int)
+	// Wait blocks until every op is final.
+	Wait()
 }
 
 // Commit applies the batches in one bbolt transaction with one fsync
@@ -54,12 +74,10 @@ func (db *DB) Commit(batches ...*Batch) error {
 			if err := validKey(b.Ops[i].Key); err != nil {
 				return fmt.Errorf("informer %q: %w", b.Informer, err)
 			}
-			if b.Ops[i].Record != nil && b.Ops[i].Raw == nil && !b.Ops[i].IndexOnly {
-				raw, err := EncodeRecord(b.Ops[i].Key, b.Ops[i].Record)
-				if err != nil {
+			if b.Encoding == nil {
+				if err := encodeOp(&b.Ops[i]); err != nil {
 					return err
 				}
-				b.Ops[i].Raw = raw
 			}
 		}
 	}
@@ -78,6 +96,19 @@ func (db *DB) Commit(batches ...*Batch) error {
 	return nil
 }
 
+// encodeOp sets op.Raw from op.Record where the source left it to Commit.
+func encodeOp(op *Op) error {
+	if op.Record == nil || op.Raw != nil || op.IndexOnly || op.Skip {
+		return nil
+	}
+	raw, err := EncodeRecord(op.Key, op.Record)
+	if err != nil {
+		return err
+	}
+	op.Raw = raw
+	return nil
+}
+
 // informerBuckets are the buckets of one informer within a write tx.
 type informerBuckets struct {
 	root, objects, indexes *bolt.Bucket
@@ -86,6 +117,21 @@ type informerBuckets struct {
 	// old records hold for them are stale (left by a dropped index of that
 	// name) and stand for no entry.
 	fresh map[string]bool
+	// cursor reads the objects bucket (get).
+	cursor *bolt.Cursor
+}
+
+// get returns the stored record of key, or nil. One cursor serves the
+// whole batch (bbolt's Get makes one per call).
+func (ib *informerBuckets) get(key []byte) []byte {
+	if ib.cursor == nil {
+		ib.cursor = ib.objects.Cursor()
+	}
+	k, v := ib.cursor.Seek(key)
+	if !bytes.Equal(k, key) {
+		return nil
+	}
+	return v // nil for a nested bucket, as Get
 }
 
 func openInformer(tx *bolt.Tx, name string) (*informerBuckets, error) {
@@ -151,7 +197,17 @@ func applyBatch(tx *bolt.Tx, b *Batch, now time.Time) error {
 	}
 	var delta int64
 	for i := range b.Ops {
-		d, err := ib.apply(&b.Ops[i])
+		op := &b.Ops[i]
+		if b.Encoding != nil {
+			b.Encoding.Ready(i)
+			if err := encodeOp(op); err != nil {
+				return err
+			}
+		}
+		if op.Skip {
+			continue
+		}
+		d, err := ib.apply(op)
 		if err != nil {
 			return fmt.Errorf("key %q: %w", b.Ops[i].Key, err)
 		}
@@ -225,7 +281,13 @@ func (ib *informerBuckets) apply(op *Op) (int64, error) {
 	key := []byte(op.Key)
 	var old *Record
 	var delta int64
-	if raw := ib.objects.Get(key); raw != nil {
+	raw := ib.get(key)
+	if raw != nil && op.Record != nil && !op.IndexOnly && op.Raw != nil && sameIndexed(op.Key, raw, op.Raw) {
+		// The common update: same index values. The old record checks,
+		// so its index entries are the new ones already.
+		return 0, ib.objects.Put(key, op.Raw)
+	}
+	if raw != nil {
 		r, err := ViewRecord(op.Key, raw)
 		if err != nil {
 			// The old envelope is damaged: remove its index entries the
@@ -270,25 +332,28 @@ func (ib *informerBuckets) apply(op *Op) (int64, error) {
 	return delta, ib.objects.Put(key, op.Raw)
 }
 
+// updateIndexEntries replaces the index entries of key's old record by
+// those of its new one. Records hold a few indexes each, so the two lists
+// are matched by name without maps, and an index whose values did not
+// change costs no bucket access.
 func (ib *informerBuckets) updateIndexEntries(key string, old, nw *Record) error {
-	oldSet := map[string][]string{}
+	var oldIdx, newIdx []IndexValues
 	if old != nil {
-		for _, iv := range old.Indexed {
-			oldSet[iv.Index] = iv.Values
-		}
+		oldIdx = old.Indexed
 	}
-	newSet := map[string][]string{}
 	if nw != nil {
-		for _, iv := range nw.Indexed {
-			newSet[iv.Index] = iv.Values
-		}
+		newIdx = nw.Indexed
 	}
-	for name, vals := range oldSet {
-		keep := newSet[name]
+	for i := range oldIdx {
+		name, vals := oldIdx[i].Index, oldIdx[i].Values
+		keep := valuesOf(newIdx, name)
+		if sameValues(vals, keep) {
+			continue
+		}
 		// An index dropped since the old record was written has no bucket
 		// (or one this transaction created): its stale values are
 		// forgotten, not recreated.
-		b := ib.indexes.Bucket([]byte(name))
+		b := ib.existingIndexBucket(name)
 		if b == nil || ib.fresh[name] {
 			continue
 		}
@@ -301,14 +366,17 @@ func (ib *informerBuckets) updateIndexEntries(key string, old, nw *Record) error
 			}
 		}
 	}
-	for name, vals := range newSet {
+	for i := range newIdx {
+		name, vals := newIdx[i].Index, newIdx[i].Values
 		b, err := ib.indexBucket(name)
 		if err != nil {
 			return err
 		}
-		had := oldSet[name]
+		had := valuesOf(oldIdx, name)
 		if ib.fresh[name] {
 			had = nil // stale values of a dropped index: no entries
+		} else if sameValues(vals, had) {
+			continue
 		}
 		for _, v := range vals {
 			if contains(had, v) {
@@ -323,6 +391,41 @@ func (ib *informerBuckets) updateIndexEntries(key string, old, nw *Record) error
 		}
 	}
 	return nil
+}
+
+// existingIndexBucket returns the bucket of an index, or nil if it has none
+// (without creating it).
+func (ib *informerBuckets) existingIndexBucket(name string) *bolt.Bucket {
+	if b, ok := ib.index[name]; ok {
+		return b
+	}
+	b := ib.indexes.Bucket([]byte(name))
+	if b != nil {
+		ib.index[name] = b // it existed: not fresh
+	}
+	return b
+}
+
+// valuesOf returns the values of the first entry for index in idx.
+func valuesOf(idx []IndexValues, index string) []string {
+	for i := range idx {
+		if idx[i].Index == index {
+			return idx[i].Values
+		}
+	}
+	return nil
+}
+
+func sameValues(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // scrubIndexEntries removes every index entry of key, scanning all buckets.

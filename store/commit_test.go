@@ -530,3 +530,68 @@ func putRaw(t *testing.T, db *store.DB, inf, key string, v []byte) {
 		t.Fatal(err)
 	}
 }
+
+// lateEncoding hands a batch's records over one op at a time, from another
+// goroutine: ready[i] is closed once Ops[i] is final.
+type lateEncoding struct {
+	ready []chan struct{}
+	done  chan struct{}
+}
+
+func (e *lateEncoding) Ready(i int) { <-e.ready[i] }
+func (e *lateEncoding) Wait()       { <-e.done }
+
+// encodeLate returns b with its records withheld, filled in by a goroutine
+// (every third op skipped) while b is committed.
+func encodeLate(b *store.Batch) (skipped []string) {
+	recs := make([]*store.Record, len(b.Ops))
+	e := &lateEncoding{ready: make([]chan struct{}, len(b.Ops)), done: make(chan struct{})}
+	for i := range b.Ops {
+		recs[i], b.Ops[i].Record = b.Ops[i].Record, nil
+		e.ready[i] = make(chan struct{})
+		if i%3 == 1 {
+			skipped = append(skipped, b.Ops[i].Key)
+		}
+	}
+	b.Encoding = e
+	go func() {
+		defer close(e.done)
+		for i := range b.Ops {
+			time.Sleep(time.Millisecond / 10)
+			if i%3 == 1 {
+				b.Ops[i].Skip = true
+			} else {
+				b.Ops[i].Record = recs[i]
+			}
+			close(e.ready[i])
+		}
+	}()
+	return skipped
+}
+
+// TestCommitWaitsForEncoding: Commit applies a batch whose records are
+// encoded meanwhile (Batch.Encoding) as they become ready, leaves the
+// skipped ops out, and counts only the written objects.
+func TestCommitWaitsForEncoding(t *testing.T) {
+	db := openT(t, tempPath(t), nil)
+	b := podBatch(t, "pods", 0, 30, "7")
+	skipped := encodeLate(b)
+	if err := db.Commit(b); err != nil {
+		t.Fatal(err)
+	}
+	got := keys(t, db, "pods")
+	if len(got) != 30-len(skipped) {
+		t.Fatalf("%d objects, want %d", len(got), 30-len(skipped))
+	}
+	for _, k := range skipped {
+		for _, g := range got {
+			if g == k {
+				t.Fatalf("skipped op %s written", k)
+			}
+		}
+	}
+	if st := state(t, db, "pods"); st.Objects != int64(len(got)) {
+		t.Fatalf("state counts %d objects, %d stored", st.Objects, len(got))
+	}
+	mustCheck(t, db)
+}

@@ -247,7 +247,6 @@ func (c *Committer) Flush(ctx context.Context) error {
 		batches = append(batches, b)
 		took = append(took, taken{s, b})
 		info.Informers = append(info.Informers, b.Informer)
-		info.Ops += len(b.Ops)
 	}
 	if len(batches) > 0 {
 		start := c.opts.Clock.Now()
@@ -255,8 +254,14 @@ func (c *Committer) Flush(ctx context.Context) error {
 		info.Duration = c.opts.Clock.Since(start)
 		info.Err = err
 		for _, b := range batches { // Commit encodes the ops without Raw
+			if b.Encoding != nil {
+				b.Encoding.Wait() // when the commit failed before it applied all
+			}
 			for i := range b.Ops {
-				info.Bytes += len(b.Ops[i].Raw)
+				if !b.Ops[i].Skip {
+					info.Ops++
+					info.Bytes += len(b.Ops[i].Raw)
+				}
 			}
 		}
 		for _, t := range took {

@@ -388,3 +388,61 @@ func TestCommitterConcurrentNotify(t *testing.T) {
 	}
 	mustCheck(t, db)
 }
+
+// lateSource hands over one batch whose records are still being encoded
+// (Batch.Encoding). For an informer name the store refuses, the commit
+// fails before it reads any op.
+type lateSource struct {
+	t         *testing.T
+	name      string
+	skipped   []string
+	committed chan *store.Batch
+}
+
+func (s *lateSource) Pending() (*store.Batch, error) {
+	if s.committed == nil {
+		return nil, nil
+	}
+	b := podBatch(s.t, s.name, 0, 12, "3")
+	s.skipped = encodeLate(b)
+	return b, nil
+}
+
+func (s *lateSource) Committed(b *store.Batch, err error) {
+	if b != nil {
+		s.committed <- b
+		s.committed = nil
+	}
+}
+
+// TestCommitterWaitsForEncoding: the committer reports the ops and bytes
+// written only once the batch's encoding is done, including when the
+// commit failed before applying anything (the race detector watches the
+// ops).
+func TestCommitterWaitsForEncoding(t *testing.T) {
+	for _, name := range []string{"pods", "bad\x00name"} {
+		t.Run(name, func(t *testing.T) {
+			db := openT(t, tempPath(t), nil)
+			var info store.CommitInfo
+			c := store.NewCommitter(db, &store.CommitterOptions{OnCommit: func(i store.CommitInfo) { info = i }})
+			committed := make(chan *store.Batch, 1)
+			s := &lateSource{t: t, name: name, committed: committed}
+			c.Add(s)
+			err := c.Flush(context.Background())
+			if (err == nil) != (name == "pods") {
+				t.Fatalf("Flush: %v", err)
+			}
+			b := <-committed
+			want, bytes := 0, 0
+			for _, op := range b.Ops {
+				if !op.Skip {
+					want++
+					bytes += len(op.Raw)
+				}
+			}
+			if info.Ops != want || info.Bytes != bytes || want != 12-len(s.skipped) {
+				t.Fatalf("reported %d ops, %d bytes; the batch has %d ops, %d bytes written (%d skipped)", info.Ops, info.Bytes, want, bytes, len(s.skipped))
+			}
+		})
+	}
+}

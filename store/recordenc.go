@@ -1,9 +1,12 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"math"
+	"unsafe"
 )
 
 // The envelope's msgpack encoding, written by hand: byte for byte what
@@ -145,8 +148,140 @@ func appendEnvelope(dst []byte, key string, r *Record) ([]byte, error) {
 		dst = grown
 	}
 	dst = appendHead(dst, r)
-	r.Checksum = recordChecksum(key, dst[start:], r.Payload)
+	r.Checksum = encodeChecksum(key, dst[start:], r.Payload)
 	dst = binary.BigEndian.AppendUint32(append(dst, mpUint32), r.Checksum)
 	dst = appendBinHead(dst, len(r.Payload))
 	return append(dst, r.Payload...), nil
+}
+
+// keyBytes is key as bytes, without a copy: for the checksum only, which
+// does not keep it.
+func keyBytes(key string) []byte { return unsafe.Slice(unsafe.StringData(key), len(key)) }
+
+// encodeChecksum is recordChecksum without copying the key.
+func encodeChecksum(key string, head, payload []byte) uint32 {
+	c := crc32.Update(0, castagnoli, keyBytes(key))
+	c = crc32.Update(c, castagnoli, head)
+	return crc32.Update(c, castagnoli, payload)
+}
+
+// recordSpans locates, in the encoding of a record, field 6 (Indexed:
+// b[indexed:head]) and the end of the head (b[:head], what the checksum
+// covers before the payload). It reads only the encodings appendHead
+// writes; ok is false for anything else (another valid encoding, or
+// damage), which the caller leaves to DecodeRecord. It verifies neither
+// the checksum nor the values.
+func recordSpans(b []byte) (indexed, head int, sum uint32, payload []byte, ok bool) {
+	p := 0
+	// need reports whether n more bytes follow p.
+	need := func(n int) bool { return n >= 0 && len(b)-p >= n }
+	arrayLen := func() (int, bool) {
+		if !need(1) {
+			return 0, false
+		}
+		c := b[p]
+		switch {
+		case c&0xf0 == mpFixArray:
+			p++
+			return int(c & 0x0f), true
+		case c == mpArray16 && need(3):
+			n := int(binary.BigEndian.Uint16(b[p+1:]))
+			p += 3
+			return n, true
+		case c == mpArray32 && need(5):
+			n := int(binary.BigEndian.Uint32(b[p+1:]))
+			p += 5
+			return n, true
+		}
+		return 0, false
+	}
+	skipStr := func() bool {
+		if !need(1) {
+			return false
+		}
+		var n int
+		switch c := b[p]; {
+		case c&0xe0 == mpFixStr:
+			n, p = int(c&0x1f), p+1
+		case c == mpStr8 && need(2):
+			n, p = int(b[p+1]), p+2
+		case c == mpStr16 && need(3):
+			n, p = int(binary.BigEndian.Uint16(b[p+1:])), p+3
+		case c == mpStr32 && need(5):
+			n, p = int(binary.BigEndian.Uint32(b[p+1:])), p+5
+		default:
+			return false
+		}
+		if !need(n) {
+			return false
+		}
+		p += n
+		return true
+	}
+	if n, ok := arrayLen(); !ok || n != recordFields {
+		return 0, 0, 0, nil, false
+	}
+	if !skipStr() || !skipStr() || !need(2) || b[p] != mpUint8 || b[p+1] == byte(CodecUnknown) {
+		return 0, 0, 0, nil, false
+	}
+	p += 2
+	if !skipStr() || !skipStr() || !skipStr() {
+		return 0, 0, 0, nil, false
+	}
+	indexed = p
+	n, ok := arrayLen()
+	if !ok {
+		return 0, 0, 0, nil, false
+	}
+	for range n {
+		if m, ok := arrayLen(); !ok || m != 2 || !skipStr() {
+			return 0, 0, 0, nil, false
+		}
+		m, ok := arrayLen()
+		if !ok {
+			return 0, 0, 0, nil, false
+		}
+		for range m {
+			if !skipStr() {
+				return 0, 0, 0, nil, false
+			}
+		}
+	}
+	head = p
+	if !need(checksumLen) || b[p] != mpUint32 {
+		return 0, 0, 0, nil, false
+	}
+	sum = binary.BigEndian.Uint32(b[p+1:])
+	p += checksumLen
+	var plen int
+	switch {
+	case need(2) && b[p] == mpBin8:
+		plen, p = int(b[p+1]), p+2
+	case need(3) && b[p] == mpBin16:
+		plen, p = int(binary.BigEndian.Uint16(b[p+1:])), p+3
+	case need(5) && b[p] == mpBin32:
+		plen, p = int(binary.BigEndian.Uint32(b[p+1:])), p+5
+	default:
+		return 0, 0, 0, nil, false
+	}
+	if plen != len(b)-p {
+		return 0, 0, 0, nil, false
+	}
+	return indexed, head, sum, b[p:], true
+}
+
+// sameIndexed reports whether the record old, stored under key, is sound
+// (its checksum verifies) and holds the same index values, byte for byte,
+// as the record nw that replaces it: then the index entries stay as they
+// are, and old need not be decoded. false means "decode and compare".
+func sameIndexed(key string, old, nw []byte) bool {
+	oi, oh, sum, payload, ok := recordSpans(old)
+	if !ok {
+		return false
+	}
+	ni, nh, _, _, ok := recordSpans(nw)
+	if !ok || !bytes.Equal(old[oi:oh], nw[ni:nh]) {
+		return false
+	}
+	return encodeChecksum(key, old[:oh], payload) == sum
 }
