@@ -15,8 +15,8 @@ import (
 // token is what an indexer hands the committer with a batch, to restore
 // the batch if it fails.
 type token struct {
-	// bufs hold the batch's encoded records: released once committed.
-	bufs   []*store.RecordBuffer
+	// enc holds the batch's encoded records: released once committed.
+	enc    *encoding
 	listed bool
 	ops    map[string]*pendingOp
 	reset  bool
@@ -63,7 +63,10 @@ func (x *Indexer) Pending() (*store.Batch, error) {
 	x.stateDirty, x.reset, x.drop, x.listed = false, false, nil, false
 	x.mu.Unlock()
 
-	b.Ops, tok.bufs = x.encodeOps(ops)
+	b.Ops, tok.enc = x.encodeOps(ops)
+	if tok.enc.chunks != nil {
+		b.Encoding = tok.enc
+	}
 	return b, nil
 }
 
@@ -76,81 +79,133 @@ type keyedOp struct {
 	op  *pendingOp
 }
 
+// encoding is a batch's encoding by its workers: a store.Encoding. Each
+// worker writes into a RecordBuffer of its own; they are released when the
+// batch is committed (or its commit failed) and every worker is done.
+type encoding struct {
+	bufs   []*store.RecordBuffer
+	chunks []chan struct{} // closed when the chunk's ops are final; nil if encoded at once
+	next   atomic.Int64    // the next op to claim
+	done   sync.WaitGroup
+}
+
+// Ready implements store.Encoding.
+func (e *encoding) Ready(i int) {
+	if e.chunks != nil {
+		<-e.chunks[i/encodeChunk]
+	}
+}
+
+// Wait implements store.Encoding.
+func (e *encoding) Wait() { e.done.Wait() }
+
+// release waits for the workers and gives the buffers back.
+func (e *encoding) release() {
+	e.Wait()
+	for _, rb := range e.bufs {
+		rb.Release()
+	}
+	e.bufs = nil
+}
+
 // encodeOps turns ops into the batch's store ops, sorted by key (bbolt
-// writes sorted keys fastest). The payloads are encoded by up to
-// GOMAXPROCS workers, each into a RecordBuffer of its own, which the
-// caller releases once the batch is committed. An op that cannot be
-// stored is logged and left out.
-func (x *Indexer) encodeOps(ops map[string]*pendingOp) ([]store.Op, []*store.RecordBuffer) {
+// writes sorted keys fastest). A large batch is encoded by up to
+// GOMAXPROCS workers while the store applies it (store.Batch.Encoding): the
+// ops' keys are final when encodeOps returns, their records once Ready. An
+// op that cannot be stored is logged and left out (or, once handed over,
+// skipped).
+func (x *Indexer) encodeOps(ops map[string]*pendingOp) ([]store.Op, *encoding) {
 	todo := make([]keyedOp, 0, len(ops))
 	for k, op := range ops {
+		if err := storable(k, op); err != nil {
+			// One bad key or value must not fail every commit: it stays
+			// in memory only, and a restart will not have it.
+			x.logger.Error(err, "Object not persisted", "key", k)
+			continue
+		}
 		todo = append(todo, keyedOp{k, op})
 	}
 	slices.SortFunc(todo, func(a, b keyedOp) int { return strings.Compare(a.key, b.key) })
 	out := make([]store.Op, len(todo))
 	recs := make([]store.Record, len(todo))
-	errs := make([]error, len(todo))
-	workers := min(runtime.GOMAXPROCS(0), (len(todo)+encodeChunk-1)/encodeChunk)
-	bufs := make([]*store.RecordBuffer, max(workers, 1))
-	var next atomic.Int64
-	work := func(w int) {
-		rb := &store.RecordBuffer{}
-		bufs[w] = rb
-		enc := x.codec.NewEncoder(rb)
-		for {
-			lo := int(next.Add(encodeChunk)) - encodeChunk
-			if lo >= len(todo) {
-				return
-			}
-			for i := lo; i < min(lo+encodeChunk, len(todo)); i++ {
-				errs[i] = encodeOp(enc, todo[i].key, todo[i].op, &out[i], &recs[i])
+	nvals := 0
+	for i := range todo {
+		out[i].Key = todo[i].key
+		out[i].IndexOnly = todo[i].op.kind == opReindex
+		nvals += len(todo[i].op.vals)
+	}
+	// One allocation for every record's index values.
+	slab := make([]store.IndexValues, nvals)
+	off := 0
+	for i := range todo {
+		n := len(todo[i].op.vals)
+		recs[i].Indexed = slab[off : off : off+n]
+		off += n
+	}
+	nchunks := (len(todo) + encodeChunk - 1) / encodeChunk
+	workers := min(runtime.GOMAXPROCS(0), nchunks)
+	e := &encoding{bufs: make([]*store.RecordBuffer, max(workers, 1))}
+	for i := range e.bufs {
+		e.bufs[i] = &store.RecordBuffer{}
+	}
+	encodeRange := func(enc *codec.Encoder, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			if err := encodeOp(enc, todo[i].key, todo[i].op, &out[i], &recs[i]); err != nil {
+				// Not storable (a foreign type in the store): it stays in
+				// memory only, and a restart will not have it.
+				x.logger.Error(err, "Object not persisted", "key", todo[i].key)
+				out[i].Skip = true
 			}
 		}
 	}
-	var wg sync.WaitGroup
-	for w := 1; w < workers; w++ {
-		wg.Add(1)
+	if workers <= 1 {
+		encodeRange(x.codec.NewEncoder(e.bufs[0]), 0, len(todo))
+		n := 0
+		for i := range out {
+			if !out[i].Skip {
+				out[n] = out[i]
+				n++
+			}
+		}
+		clear(out[n:])
+		return out[:n], e
+	}
+	e.chunks = make([]chan struct{}, nchunks)
+	for i := range e.chunks {
+		e.chunks[i] = make(chan struct{})
+	}
+	e.done.Add(workers)
+	for w := range workers {
 		go func() {
-			defer wg.Done()
-			work(w)
+			defer e.done.Done()
+			enc := x.codec.NewEncoder(e.bufs[w])
+			for {
+				lo := int(e.next.Add(encodeChunk)) - encodeChunk
+				if lo >= len(todo) {
+					return
+				}
+				encodeRange(enc, lo, min(lo+encodeChunk, len(todo)))
+				close(e.chunks[lo/encodeChunk])
+			}
 		}()
 	}
-	work(0)
-	wg.Wait()
-	n := 0
-	for i := range out {
-		if errs[i] != nil {
-			// One bad key, value or object (a foreign type in the store)
-			// must not fail every commit: it stays in memory only, and a
-			// restart will not have it.
-			x.logger.Error(errs[i], "Object not persisted", "key", todo[i].key)
-			continue
-		}
-		out[n] = out[i]
-		n++
-	}
-	clear(out[n:])
-	return out[:n], bufs
+	return out, e
 }
 
-// encodeOp sets *o to the store op of op, with r as its record.
+// encodeOp sets op's record into *o (whose Key and IndexOnly are set),
+// with r as its record.
 func encodeOp(enc *codec.Encoder, k string, op *pendingOp, o *store.Op, r *store.Record) error {
-	if err := storable(k, op); err != nil {
-		return err
-	}
 	switch op.kind {
-	case opDelete:
-		*o = store.Op{Key: k}
 	case opReindex:
 		setIndexed(r, op.names, op.vals)
-		*o = store.Op{Key: k, Record: r, IndexOnly: true}
+		o.Record = r
 	case opPut:
 		setIndexed(r, op.names, op.vals)
 		raw, err := enc.Encode(k, op.obj, r)
 		if err != nil {
 			return err
 		}
-		*o = store.Op{Key: k, Record: r, Raw: raw}
+		o.Record, o.Raw = r, raw
 	}
 	return nil
 }
@@ -179,7 +234,11 @@ func setIndexed(r *store.Record, names []string, vals [][]string) {
 		r.Indexed = nil
 		return
 	}
-	r.Indexed = make([]store.IndexValues, 0, n)
+	if cap(r.Indexed) >= n {
+		r.Indexed = r.Indexed[:0]
+	} else {
+		r.Indexed = make([]store.IndexValues, 0, n)
+	}
 	for i, v := range vals {
 		if len(v) > 0 {
 			// Shared with the in-memory index, which never changes a
@@ -228,22 +287,22 @@ func valueMap(names []string, vals [][]string) map[string][]string {
 
 // Committed implements store.Source.
 func (x *Indexer) Committed(b *store.Batch, err error) {
+	var tok *token
+	if b != nil {
+		tok, _ = b.Token.(*token)
+	}
+	if tok != nil && tok.enc != nil {
+		// The transaction is over: bbolt holds no reference to the
+		// records any more. A failed batch is encoded again from tok.ops.
+		tok.enc.release()
+		tok.enc = nil
+	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.commitErr = err
-	if b == nil {
-		return
-	}
-	tok, _ := b.Token.(*token)
 	if tok == nil {
 		return
 	}
-	// The transaction is over: bbolt holds no reference to the records
-	// any more. A failed batch is encoded again from tok.ops.
-	for _, rb := range tok.bufs {
-		rb.Release()
-	}
-	tok.bufs = nil
 	if err == nil {
 		x.saved = *b.State
 		if x.bounded {

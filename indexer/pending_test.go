@@ -3,6 +3,7 @@ package indexer_test
 import (
 	"context"
 	"math/rand"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -19,8 +20,9 @@ import (
 )
 
 // TestPendingEncodesInKeyOrder: Pending's batch, encoded by several
-// workers, has one op per key in key order, each the record Encode and
-// EncodeRecord would write, with the object's index values.
+// workers in the background, has one op per key in key order, each the
+// record Encode and EncodeRecord would write, with the object's index
+// values.
 func TestPendingEncodesInKeyOrder(t *testing.T) {
 	const n = 777 // several work chunks per worker, and a ragged last one
 	s := newSubject(t, subjectConfig{shared: func(db *store.DB) *store.Committer { return store.NewCommitter(db, nil) }}, testIndexers())
@@ -41,6 +43,11 @@ func TestPendingEncodesInKeyOrder(t *testing.T) {
 	b, err := s.x.Pending()
 	if err != nil || b == nil {
 		t.Fatalf("Pending: %v, %v", b, err)
+	}
+	if b.Encoding != nil {
+		b.Encoding.Wait()
+	} else if runtime.GOMAXPROCS(0) > 1 {
+		t.Fatal("a large batch is not encoded in the background")
 	}
 	if len(b.Ops) != n {
 		t.Fatalf("%d ops, want %d", len(b.Ops), n)
