@@ -278,7 +278,9 @@ func countObjects(ib *informerBuckets, old *State, reset bool, delta int64) int6
 // apply writes one op and keeps the index buckets in step. It returns the
 // change in the number of objects.
 func (ib *informerBuckets) apply(op *Op) (int64, error) {
-	key := []byte(op.Key)
+	// bbolt copies the keys it keeps (Put clones its key), so the op's
+	// key is lent without a copy.
+	key := keyBytes(op.Key)
 	var old *Record
 	var delta int64
 	raw := ib.get(key)
