@@ -70,8 +70,13 @@ func (x *Indexer) Pending() (*store.Batch, error) {
 	return b, nil
 }
 
-// encodeChunk is the number of ops an encoding worker takes at a time.
+// encodeChunk is the number of ops an encoding worker takes at a time: a
+// batch of at most one chunk is encoded at once, a larger one while the
+// store applies it.
 const encodeChunk = 32
+
+// opsPerWorker is the least number of ops per encoding worker.
+const opsPerWorker = 256
 
 // keyedOp is one pending op with its key.
 type keyedOp struct {
@@ -109,11 +114,11 @@ func (e *encoding) release() {
 }
 
 // encodeOps turns ops into the batch's store ops, sorted by key (bbolt
-// writes sorted keys fastest). A large batch is encoded by up to
-// GOMAXPROCS workers while the store applies it (store.Batch.Encoding): the
-// ops' keys are final when encodeOps returns, their records once Ready. An
-// op that cannot be stored is logged and left out (or, once handed over,
-// skipped).
+// writes sorted keys fastest). A batch of more than one chunk is encoded
+// by up to GOMAXPROCS workers while the store applies it
+// (store.Batch.Encoding): the ops' keys are final when encodeOps returns,
+// their records once Ready. An op that cannot be stored is logged and left
+// out (or, once handed over, skipped).
 func (x *Indexer) encodeOps(ops map[string]*pendingOp) ([]store.Op, *encoding) {
 	todo := make([]keyedOp, 0, len(ops))
 	for k, op := range ops {
@@ -143,7 +148,9 @@ func (x *Indexer) encodeOps(ops map[string]*pendingOp) ([]store.Op, *encoding) {
 		off += n
 	}
 	nchunks := (len(todo) + encodeChunk - 1) / encodeChunk
-	workers := min(runtime.GOMAXPROCS(0), nchunks)
+	// At least opsPerWorker ops per worker, so that a worker's buffer
+	// chunks are mostly used.
+	workers := min(runtime.GOMAXPROCS(0), (len(todo)+opsPerWorker-1)/opsPerWorker)
 	e := &encoding{bufs: make([]*store.RecordBuffer, max(workers, 1))}
 	for i := range e.bufs {
 		e.bufs[i] = &store.RecordBuffer{}
@@ -158,7 +165,7 @@ func (x *Indexer) encodeOps(ops map[string]*pendingOp) ([]store.Op, *encoding) {
 			}
 		}
 	}
-	if workers <= 1 {
+	if nchunks <= 1 {
 		encodeRange(x.codec.NewEncoder(e.bufs[0]), 0, len(todo))
 		n := 0
 		for i := range out {
