@@ -1,7 +1,6 @@
 package store
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"sync"
@@ -43,6 +42,8 @@ type RecordBuffer struct {
 	// room is the free space asked for before a TailWriter is tried: one
 	// and a half times the recent payloads, at most a quarter chunk.
 	room int
+	// scratch is where a record's head is encoded before it is placed.
+	scratch []byte
 }
 
 // reserve makes at least n bytes free below top.
@@ -65,17 +66,35 @@ func (rb *RecordBuffer) Append(key string, r *Record) ([]byte, error) {
 	if uint64(len(r.Payload)) > math.MaxUint32 {
 		return nil, fmt.Errorf("store: encode record %q: payload of %d bytes", key, len(r.Payload))
 	}
-	need := headLen(r) + checksumLen + binHeadLen(len(r.Payload)) + len(r.Payload)
+	head, err := appendHead(rb.scratch[:0], r)
+	if err != nil {
+		return nil, fmt.Errorf("store: encode record %q: %w", key, err)
+	}
+	rb.scratch = head
+	need := len(head) + checksumLen + maxBinHead + len(r.Payload)
 	rb.reserve(need)
 	end := rb.top
-	start := end - need
-	b, err := appendEnvelope(rb.cur[start:start:end], key, r)
+	payload := end - len(r.Payload)
+	copy(rb.cur[payload:end], r.Payload)
+	r.Payload = rb.cur[payload:end:end]
+	return rb.place(key, r, head, payload, end)
+}
+
+// place writes the head (encoded already), the checksum and the payload's
+// bin header just below the payload at rb.cur[payload:end], and returns the
+// record.
+func (rb *RecordBuffer) place(key string, r *Record, head []byte, payload, end int) ([]byte, error) {
+	r.Checksum = encodeChecksum(key, head, r.Payload)
+	tail, err := appendTail(head, r.Checksum, len(r.Payload))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("store: encode record %q: %w", key, err)
 	}
-	if len(b) != need {
-		panic(fmt.Sprintf("store: record of %d bytes, %d reserved", len(b), need))
+	rb.scratch = tail
+	start := payload - len(tail)
+	if start < 0 {
+		panic(fmt.Sprintf("store: record head of %d bytes does not fit the %d reserved", len(tail), payload))
 	}
+	copy(rb.cur[start:payload], tail)
 	rb.top = start
 	return rb.cur[start:end:end], nil
 }
@@ -85,8 +104,12 @@ func (rb *RecordBuffer) Append(key string, r *Record) ([]byte, error) {
 // buffer) and r.Checksum to the checksum. The bytes are those of
 // AppendRecord with that payload.
 func (rb *RecordBuffer) AppendTail(key string, r *Record, w TailWriter) ([]byte, error) {
-	head := headLen(r)
-	fixed := head + checksumLen + 5 // the longest binary header
+	head, err := appendHead(rb.scratch[:0], r)
+	if err != nil {
+		return nil, fmt.Errorf("store: encode record %q: %w", key, err)
+	}
+	rb.scratch = head
+	fixed := len(head) + checksumLen + maxBinHead
 	rb.reserve(fixed + rb.room + 256)
 	n, ok, err := w.WriteTail(rb.cur[fixed:rb.top])
 	if err == nil && !ok {
@@ -106,18 +129,13 @@ func (rb *RecordBuffer) AppendTail(key string, r *Record, w TailWriter) ([]byte,
 	}
 	end := rb.top
 	payload := end - n
-	start := payload - binHeadLen(n) - checksumLen - head
-	b := appendHead(rb.cur[start:start:payload], r)
 	r.Payload = rb.cur[payload:end:end]
-	r.Checksum = encodeChecksum(key, b, r.Payload)
-	b = binary.BigEndian.AppendUint32(append(b, mpUint32), r.Checksum)
-	b = appendBinHead(b, n)
-	if len(b) != payload-start {
-		panic(fmt.Sprintf("store: record head of %d bytes, %d reserved", len(b), payload-start))
+	b, err := rb.place(key, r, head, payload, end)
+	if err != nil {
+		return nil, err
 	}
-	rb.top = start
 	rb.room = min(max(n+n/2, rb.room-rb.room/4), recordChunk/4)
-	return rb.cur[start:end:end], nil
+	return b, nil
 }
 
 // Release gives the buffer's memory back for reuse: every record it

@@ -77,9 +77,6 @@ func TestAppendRecordMatchesMsgpack(t *testing.T) {
 		if !bytes.Equal(got[len("prefix"):], want) || string(got[:len("prefix")]) != "prefix" {
 			t.Fatalf("variant %d: encodings differ", i)
 		}
-		if n := headLen(r); n != len(appendHead(nil, r)) {
-			t.Fatalf("variant %d: headLen %d, head is %d bytes", i, n, len(appendHead(nil, r)))
-		}
 		back, err := ViewRecord("ns/name", want)
 		if err != nil {
 			t.Fatalf("variant %d: %v", i, err)
@@ -90,17 +87,22 @@ func TestAppendRecordMatchesMsgpack(t *testing.T) {
 	}
 }
 
-func TestRecordSpans(t *testing.T) {
+func TestScanLayout(t *testing.T) {
 	for i, r := range recordVariants() {
 		raw, err := EncodeRecord("ns/name", r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		indexed, head, sum, payload, ok := recordSpans(raw)
+		h, err := scanLayout(raw, nil)
 		bare := *r
 		bare.Indexed = nil
-		if !ok || head != headLen(r) || indexed != headLen(&bare)-1 || sum != r.Checksum || !bytes.Equal(payload, r.Payload) {
-			t.Fatalf("variant %d: spans %d, %d, %08x, %d bytes, %v", i, indexed, head, sum, len(payload), ok)
+		head, err2 := appendHead(nil, r)
+		bareHead, err3 := appendHead(nil, &bare)
+		if err != nil || err2 != nil || err3 != nil {
+			t.Fatalf("variant %d: %v %v %v", i, err, err2, err3)
+		}
+		if !bytes.Equal(h.Indexed, raw[len(bareHead)-1:len(head)]) || h.Checksum != r.Checksum || !bytes.Equal(h.Payload, r.Payload) {
+			t.Fatalf("variant %d: layout %d bytes of index values, %08x, %d bytes of payload", i, len(h.Indexed), h.Checksum, len(h.Payload))
 		}
 	}
 }

@@ -16,8 +16,11 @@ import (
 type RecordHead struct {
 	UID, ResourceVersion, KeyID, APIVersion, Kind []byte
 	Codec                                         Codec
-	Checksum                                      uint32
-	Payload                                       []byte
+	// Indexed is field 6 as encoded (the index values, for comparing two
+	// records' without decoding them).
+	Indexed  []byte
+	Checksum uint32
+	Payload  []byte
 }
 
 // ScanRecord verifies the record stored under key, like DecodeRecord, but
@@ -71,10 +74,33 @@ func (s *recordScanner) uint(max uint64, what string) (uint64, error) {
 // scanRecord decodes a record of the given format version in place:
 // version 1's checksum covers the payload only.
 func scanRecord(key string, b []byte, version uint32, index func(name, value []byte)) (RecordHead, error) {
+	h, head, err := scan(b, index)
+	if err != nil {
+		return RecordHead{}, err
+	}
+	want := recordChecksum(key, b[:head], h.Payload)
+	if version == 1 {
+		want = payloadChecksum(h.Payload)
+	}
+	if want != h.Checksum {
+		return RecordHead{}, fmt.Errorf("%w: record: checksum %08x, want %08x (damaged, or stored under another key)", ErrCorrupt, h.Checksum, want)
+	}
+	return h, nil
+}
+
+// scanLayout reads a record's fields in place without verifying its
+// checksum: for a record just encoded.
+func scanLayout(b []byte, index func(name, value []byte)) (RecordHead, error) {
+	h, _, err := scan(b, index)
+	return h, err
+}
+
+// scan reads a record's fields in place and returns where field 7 starts
+// (the end of what the checksum covers before the payload).
+func scan(b []byte, index func(name, value []byte)) (h RecordHead, head int, err error) {
 	// No checkMsgpack walk first (DecodeRecord's guard): the scanner
 	// allocates nothing whatever a damaged length says, and bounds-checks
 	// every length against the bytes left.
-	var h RecordHead
 	s := scanners.Get().(*recordScanner)
 	defer func() {
 		s.b = nil
@@ -84,8 +110,8 @@ func scanRecord(key string, b []byte, version uint32, index func(name, value []b
 	s.b = b
 	s.rd.Reset(b)
 	s.dec.Reset(&s.rd)
-	var head int
-	err := func() error {
+	var indexed int
+	err = func() error {
 		n, err := s.dec.DecodeArrayLen()
 		if err != nil {
 			return err
@@ -109,6 +135,7 @@ func scanRecord(key string, b []byte, version uint32, index func(name, value []b
 				return err
 			}
 		}
+		indexed = s.pos()
 		entries, err := s.dec.DecodeArrayLen()
 		if err != nil {
 			return err
@@ -148,18 +175,12 @@ func scanRecord(key string, b []byte, version uint32, index func(name, value []b
 		return err
 	}()
 	if err != nil {
-		return RecordHead{}, fmt.Errorf("%w: record: malformed envelope: %v", ErrCorrupt, err)
+		return RecordHead{}, 0, fmt.Errorf("%w: record: malformed envelope: %v", ErrCorrupt, err)
 	}
 	h.Payload = b[s.pos():len(b):len(b)]
+	h.Indexed = b[indexed:head:head]
 	if h.Codec == CodecUnknown {
-		return RecordHead{}, fmt.Errorf("%w: record: no codec", ErrCorrupt)
+		return RecordHead{}, 0, fmt.Errorf("%w: record: no codec", ErrCorrupt)
 	}
-	want := recordChecksum(key, b[:head], h.Payload)
-	if version == 1 {
-		want = payloadChecksum(h.Payload)
-	}
-	if want != h.Checksum {
-		return RecordHead{}, fmt.Errorf("%w: record: checksum %08x, want %08x (damaged, or stored under another key)", ErrCorrupt, h.Checksum, want)
-	}
-	return h, nil
+	return h, head, nil
 }
