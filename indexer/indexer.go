@@ -113,7 +113,7 @@ type Indexer struct {
 	committer     *store.Committer
 	onUndecodable func(int)
 	stop          context.CancelFunc // own committer, else nil
-	done      chan struct{}
+	done          chan struct{}
 
 	// lru holds decoded objects in Bounded mode; it locks itself. Lock
 	// order: mu before lru.
@@ -192,7 +192,7 @@ func Open(db *store.DB, name string, indexers cache.Indexers, opts *Options) (*I
 		pending:  map[string]*pendingOp{},
 
 		onUndecodable: opts.OnUndecodable,
-		decoded:  make(chan struct{}),
+		decoded:       make(chan struct{}),
 
 		undecodable: map[string]error{},
 	}

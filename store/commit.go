@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -349,7 +350,7 @@ func (ib *informerBuckets) updateIndexEntries(key string, old, nw *Record) error
 	for i := range oldIdx {
 		name, vals := oldIdx[i].Index, oldIdx[i].Values
 		keep := valuesOf(newIdx, name)
-		if sameValues(vals, keep) {
+		if slices.Equal(vals, keep) {
 			continue
 		}
 		// An index dropped since the old record was written has no bucket
@@ -377,7 +378,7 @@ func (ib *informerBuckets) updateIndexEntries(key string, old, nw *Record) error
 		had := valuesOf(oldIdx, name)
 		if ib.fresh[name] {
 			had = nil // stale values of a dropped index: no entries
-		} else if sameValues(vals, had) {
+		} else if slices.Equal(vals, had) {
 			continue
 		}
 		for _, v := range vals {
@@ -416,18 +417,6 @@ func valuesOf(idx []IndexValues, index string) []string {
 		}
 	}
 	return nil
-}
-
-func sameValues(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // scrubIndexEntries removes every index entry of key, scanning all buckets.
