@@ -99,18 +99,6 @@ func (s *indexSet) update(key string, old, nw [][]string) {
 	}
 }
 
-// fromRecord aligns a record's index values with s.names.
-func (s *indexSet) fromRecord(r *store.Record) [][]string {
-	if len(s.names) == 0 {
-		return nil
-	}
-	vals := make([][]string, len(s.names))
-	for i, name := range s.names {
-		vals[i] = r.Values(name)
-	}
-	return vals
-}
-
 // scan collects one record's index values from store.ScanRecord, aligned
 // with the set's names, interning the strings it makes (index values and
 // resourceVersions repeat across records). One per loading goroutine.
