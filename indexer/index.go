@@ -100,8 +100,8 @@ func (s *indexSet) update(key string, old, nw [][]string) {
 }
 
 // scan collects one record's index values from store.ScanRecord, aligned
-// with the set's names, interning the strings it makes (index values and
-// resourceVersions repeat across records). One per loading goroutine.
+// with the set's names, interning the strings it makes (index values
+// repeat across records). One per loading goroutine.
 type scan struct {
 	names  []string
 	cur    [][]string
