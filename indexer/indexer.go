@@ -303,8 +303,20 @@ func (x *Indexer) putLocked(key string, obj any) error {
 	} else {
 		x.lru.Remove(key)
 	}
-	x.pending[key] = &pendingOp{kind: opPut, obj: obj, names: x.idx.names, vals: vals}
+	x.queueLocked(key, pendingOp{kind: opPut, obj: obj, names: x.idx.names, vals: vals})
 	return nil
+}
+
+// queueLocked makes op key's pending mutation, reusing the pendingOp a
+// newer mutation of the same key replaces (only the last is kept): under a
+// stream of updates to the same objects the informer loop allocates none.
+// An op in x.pending belongs to no batch (Pending takes the whole map).
+func (x *Indexer) queueLocked(key string, op pendingOp) {
+	if cur := x.pending[key]; cur != nil {
+		*cur = op
+		return
+	}
+	x.pending[key] = &op
 }
 
 func (x *Indexer) deleteLocked(key string) {
@@ -319,7 +331,7 @@ func (x *Indexer) deleteLocked(key string) {
 	if x.bounded {
 		x.lru.Remove(key)
 	}
-	x.pending[key] = &pendingOp{kind: opDelete}
+	x.queueLocked(key, pendingOp{kind: opDelete})
 }
 
 func (x *Indexer) setRVFromLocked(obj any) {
