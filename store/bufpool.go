@@ -84,7 +84,7 @@ func (rb *RecordBuffer) Append(key string, r *Record) ([]byte, error) {
 // bin header just below the payload at rb.cur[payload:end], and returns the
 // record.
 func (rb *RecordBuffer) place(key string, r *Record, head []byte, payload, end int) ([]byte, error) {
-	r.Checksum = encodeChecksum(key, head, r.Payload)
+	r.Checksum = recordChecksum(key, head, r.Payload)
 	tail, err := appendTail(head, r.Checksum, len(r.Payload))
 	if err != nil {
 		return nil, fmt.Errorf("store: encode record %q: %w", key, err)

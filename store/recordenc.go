@@ -3,7 +3,6 @@ package store
 import (
 	"bytes"
 	"fmt"
-	"hash/crc32"
 	"math"
 	"unsafe"
 
@@ -105,7 +104,7 @@ func appendEnvelope(dst []byte, key string, r *Record) ([]byte, error) {
 	start := len(dst)
 	b, err := appendHead(dst, r)
 	if err == nil {
-		r.Checksum = encodeChecksum(key, b[start:], r.Payload)
+		r.Checksum = recordChecksum(key, b[start:], r.Payload)
 		b, err = appendTail(b, r.Checksum, len(r.Payload))
 	}
 	if err != nil {
@@ -114,16 +113,9 @@ func appendEnvelope(dst []byte, key string, r *Record) ([]byte, error) {
 	return append(b, r.Payload...), nil
 }
 
-// keyBytes is key as bytes, without a copy: for the checksum only, which
-// does not keep it.
+// keyBytes is key as bytes, without a copy, for callers that only read
+// it (the checksum; bbolt's Put, which clones the keys it keeps).
 func keyBytes(key string) []byte { return unsafe.Slice(unsafe.StringData(key), len(key)) }
-
-// encodeChecksum is recordChecksum without copying the key.
-func encodeChecksum(key string, head, payload []byte) uint32 {
-	c := crc32.Update(0, castagnoli, keyBytes(key))
-	c = crc32.Update(c, castagnoli, head)
-	return crc32.Update(c, castagnoli, payload)
-}
 
 // sameIndexed reports whether the record old, stored under key, is sound
 // (its checksum verifies) and holds the same index values, byte for byte,

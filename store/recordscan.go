@@ -29,11 +29,7 @@ type RecordHead struct {
 // views too. When it returns an error, what index was given must be
 // discarded. A warm start reads every record this way.
 func ScanRecord(key string, b []byte, index func(name, value []byte)) (RecordHead, error) {
-	h, err := scanRecord(key, b, FormatVersion, index)
-	if err != nil {
-		return RecordHead{}, err
-	}
-	return h, nil
+	return scanRecord(key, b, FormatVersion, index)
 }
 
 // recordScanner reads msgpack values in place from an encoded record.

@@ -130,18 +130,6 @@ func (t *Tx) ForEach(informer string, fn func(key string, r *Record) error) erro
 	})
 }
 
-// ForEachView is ForEach without copying payloads: r.Payload is valid only
-// during the call of fn.
-func (t *Tx) ForEachView(informer string, fn func(key string, r *Record) error) error {
-	return t.ForEachRaw(informer, func(key string, raw []byte) error {
-		r, err := ViewRecord(key, raw)
-		if err != nil {
-			return fmt.Errorf("informer %q key %q: %w", informer, key, err)
-		}
-		return fn(key, r)
-	})
-}
-
 // Indexes returns the names of the informer's index buckets, sorted.
 func (t *Tx) Indexes(informer string) []string {
 	idx := t.sub(informer, bucketIndexes)
