@@ -589,16 +589,16 @@ func (x *Indexer) GetByKey(key string) (any, bool, error) {
 		}
 		// Decoded under the shared lock, so the answer is of this
 		// moment; installed after.
-		o, recErr, err := x.lazyGetLocked(key)
+		objs, errs, err := x.decodeKeys([]string{key})
 		x.mu.RUnlock()
 		if err != nil {
 			return nil, false, fmt.Errorf("indexer %q: get %q: %w", x.name, key, err)
 		}
-		x.installAfter([]string{key}, []kruntime.Object{o}, []error{recErr})
-		if recErr != nil {
-			return nil, false, x.undecodableError(key, recErr)
+		x.installAfter([]string{key}, objs, errs)
+		if errs[0] != nil {
+			return nil, false, x.undecodableError(key, errs[0])
 		}
-		return o, true, nil
+		return objs[0], true, nil
 	}
 	defer x.mu.RUnlock()
 	if x.items[key] == nil {
@@ -630,16 +630,7 @@ func (x *Indexer) List() []any {
 					lazy = append(lazy, k)
 				}
 			}
-			objs, errs, err := x.decodeKeys(lazy)
-			if err != nil {
-				x.logger.Error(err, "Objects not readable")
-				return out
-			}
-			for i, obj := range objs {
-				if errs[i] == nil {
-					out = append(out, obj)
-				}
-			}
+			out, _, _ = x.appendLazyLocked(out, lazy)
 		}
 		return out
 	}
@@ -719,21 +710,33 @@ func (x *Indexer) objectsLocked(keys sets.Set[string]) (out []any, lazyKeys []st
 		return out, nil, nil, nil
 	}
 	sort.Strings(lazyKeys)
-	lazyObjs, lazyErrs, err := x.decodeKeys(lazyKeys)
-	if err != nil {
-		x.logger.Error(err, "Objects not readable")
+	out, lazyObjs, lazyErrs = x.appendLazyLocked(out, lazyKeys)
+	if lazyObjs == nil {
 		return out, nil, nil, nil
-	}
-	for i, obj := range lazyObjs {
-		if lazyErrs[i] == nil {
-			out = append(out, obj)
-		}
 	}
 	return out, lazyKeys, lazyObjs, lazyErrs
 }
 
-// objects is objectsLocked for a caller holding the shared lock, which it
-// releases.
+// appendLazyLocked decodes the lazy keys from the file under the caller's
+// shared lock and appends the objects that decode to out. It returns what
+// was decoded for installAfter, or nil objs if the file could not be read
+// (logged).
+func (x *Indexer) appendLazyLocked(out []any, keys []string) (_ []any, objs []kruntime.Object, errs []error) {
+	objs, errs, err := x.decodeKeys(keys)
+	if err != nil {
+		x.logger.Error(err, "Objects not readable")
+		return out, nil, nil
+	}
+	for i, obj := range objs {
+		if errs[i] == nil {
+			out = append(out, obj)
+		}
+	}
+	return out, objs, errs
+}
+
+// objectsUnlock is objectsLocked for a caller holding the shared lock,
+// which it releases.
 func (x *Indexer) objectsUnlock(keys sets.Set[string]) []any {
 	out, lk, lo, le := x.objectsLocked(keys)
 	x.mu.RUnlock()

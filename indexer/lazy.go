@@ -166,18 +166,6 @@ func (x *Indexer) installLocked(keys []string, objs []runtime.Object, errs []err
 
 }
 
-// lazyGetLocked decodes the lazy key under the caller's shared lock and
-// returns the object to install afterwards with installAfter (unless the
-// file could not be read: then err is the file's and nothing is to be
-// installed).
-func (x *Indexer) lazyGetLocked(key string) (obj runtime.Object, recErr, err error) {
-	objs, errs, err := x.decodeKeys([]string{key})
-	if err != nil {
-		return nil, nil, err
-	}
-	return objs[0], errs[0], nil
-}
-
 // installAfter installs decoded objects once the caller has released its
 // shared lock.
 func (x *Indexer) installAfter(keys []string, objs []runtime.Object, errs []error) {
