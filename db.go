@@ -213,9 +213,11 @@ func (db *DB) Close() error {
 			db.reg.Unregister(c)
 		}
 	}
-	flushErr := db.committer.Flush(context.Background())
+	// Closing an indexer flushes the shared committer (the first one
+	// writes whatever is left for all) and stops its background decoding,
+	// which reads the file.
+	var flushErr error
 	for _, inf := range db.snapshotInformers() {
-		// Stops its background decoding, which reads the file.
 		if err := inf.indexer.Close(); err != nil && flushErr == nil {
 			flushErr = err
 		}
