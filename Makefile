@@ -35,6 +35,7 @@ FUZZRUNS ?= 20000
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZRUNS)x -fuzzminimizetime 10x ./store/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeState$$' -fuzztime $(FUZZRUNS)x -fuzzminimizetime 10x ./store/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSnapshot$$' -fuzztime $(FUZZRUNS)x -fuzzminimizetime 10x ./store/
 	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime 5000x -fuzzminimizetime 10x ./store/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodePayload$$' -fuzztime 5000x -fuzzminimizetime 10x ./internal/codec/
 

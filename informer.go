@@ -172,6 +172,9 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		Fresh:         !decision.Warm,
 		Identity:      identity,
 		Logger:        &logger,
+		// FailOnCorrupt promises the error of a damaged record from Open:
+		// read them all at the start, not the envelope snapshot.
+		VerifyRecords: db.failOnCorrupt,
 	}
 	var idx *indexer.Indexer
 	if damaged == nil {

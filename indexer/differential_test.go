@@ -241,8 +241,12 @@ func differentialOps(t *testing.T) int {
 func TestDifferentialRandom(t *testing.T) {
 	ops := differentialOps(t)
 	for _, seed := range []int64{1, 2, 3, 4} {
-		for _, mode := range []indexer.Mode{indexer.Full, indexer.Bounded} {
-			t.Run(fmt.Sprintf("seed=%d/mode=%s", seed, modeName(mode)), func(t *testing.T) {
+		for _, c := range []struct {
+			mode   indexer.Mode
+			verify bool // Full loads read the records, not the snapshot
+		}{{indexer.Full, false}, {indexer.Full, true}, {indexer.Bounded, false}} {
+			mode := c.mode
+			t.Run(fmt.Sprintf("seed=%d/mode=%s/verify=%t", seed, modeName(mode), c.verify), func(t *testing.T) {
 				t.Parallel()
 				r := rand.New(rand.NewSource(seed))
 				committer := &store.CommitterOptions{
@@ -251,7 +255,7 @@ func TestDifferentialRandom(t *testing.T) {
 				}
 				ref := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, testIndexers())
 				// fsync is not what this test is about (and costs most of its time).
-				sub := newSubject(t, subjectConfig{mode: mode, cacheSize: 3, committer: committer, dbOpts: &store.Options{NoSync: true}}, testIndexers())
+				sub := newSubject(t, subjectConfig{mode: mode, cacheSize: 3, committer: committer, dbOpts: &store.Options{NoSync: true}, verifyRecords: c.verify}, testIndexers())
 				h := &history{r: r, ref: ref, last: map[string]*corev1.Pod{}}
 				full := func(when string) {
 					t.Helper()

@@ -194,6 +194,9 @@ type subjectConfig struct {
 	// shared, when set, is used as the indexer's committer (the test drives
 	// it with Flush; nothing runs in the background).
 	shared func(*store.DB) *store.Committer
+	// verifyRecords: a Full warm load reads the records, not the envelope
+	// snapshot the last Close wrote.
+	verifyRecords bool
 }
 
 // subject is one of our indexers with its file, which it can close and
@@ -239,6 +242,7 @@ func (s *subject) open(indexers cache.Indexers) {
 		Mode:             s.cfg.mode,
 		CacheSize:        s.cfg.cacheSize,
 		CommitterOptions: s.cfg.committer,
+		VerifyRecords:    s.cfg.verifyRecords,
 	}
 	if s.cfg.shared != nil {
 		opts.Committer = s.cfg.shared(db)

@@ -73,6 +73,11 @@ type Options struct {
 	// file). They are left out of List until a write replaces them; the
 	// informer relists.
 	OnUndecodable func(n int)
+	// VerifyRecords makes a Full warm load read and verify every record
+	// even when the file has an envelope snapshot of the informer (see
+	// load): a damaged record is then an error of Open, not an object
+	// found undecodable after it. Bounded mode always reads the records.
+	VerifyRecords bool
 }
 
 // item is what memory holds per key. Guarded by Indexer.mu.
@@ -216,7 +221,7 @@ func Open(db *store.DB, name string, indexers cache.Indexers, opts *Options) (*I
 	}
 	if opts.Fresh {
 		x.reset = true
-	} else if err := x.load(); err != nil {
+	} else if err := x.load(!x.bounded && !opts.VerifyRecords); err != nil {
 		return nil, err
 	}
 	x.committer = opts.Committer
@@ -265,6 +270,14 @@ func (x *Indexer) Close() error {
 	if x.stop != nil {
 		x.stop()
 		<-x.done
+	}
+	if err == nil {
+		// Nothing of ours is left to commit: leave the next start the
+		// envelopes of what the file holds (store.Snapshot). It is only
+		// an optimisation, so a failure is logged, not returned.
+		if serr := x.db.WriteSnapshot(x.name); serr != nil {
+			x.logger.V(2).Info("No envelope snapshot written", "err", serr)
+		}
 	}
 	x.mu.Lock()
 	x.closed = true

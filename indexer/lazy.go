@@ -150,6 +150,9 @@ func (x *Indexer) installLocked(keys []string, objs []runtime.Object, errs []err
 			continue // changed meanwhile: memory has the newer state
 		}
 		x.clearLazyLocked(it)
+		if errs[i] == nil {
+			errs[i] = x.matchLoaded(k, it, objs[i])
+		}
 		if errs[i] != nil {
 			x.undecodable[k] = errs[i]
 			if bad++; bad == 1 {
@@ -164,6 +167,17 @@ func (x *Indexer) installLocked(keys []string, objs []runtime.Object, errs []err
 	}
 	return bad
 
+}
+
+// matchLoaded checks a lazy key's decoded object against what the load
+// read for it: the record must still be the one loaded (an envelope
+// snapshot that did not describe the file would show here).
+func (x *Indexer) matchLoaded(key string, it *item, obj runtime.Object) error {
+	rv, uid, ok := objectRV(obj)
+	if !ok || rv != it.rv || uid != it.uid {
+		return fmt.Errorf("indexer %q: %w: record %q holds resourceVersion %q uid %q, the load read %q and %q", x.name, store.ErrCorrupt, key, rv, uid, it.rv, it.uid)
+	}
+	return nil
 }
 
 // installAfter installs decoded objects once the caller has released its

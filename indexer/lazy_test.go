@@ -293,3 +293,117 @@ func TestLazyUndecodable(t *testing.T) {
 		t.Fatalf("Undecodable %d after the update", x.Undecodable())
 	}
 }
+
+// TestSnapshotLoadFindsDamage: a warm load from the envelope snapshot
+// reads no record; the fill then finds a record that is damaged, gone, or
+// not the one the snapshot describes (a writer that is not ours changed
+// it) and makes it undecodable, reporting it (the informer relists). With
+// VerifyRecords the load reads the records instead: a damaged one is
+// Open's error, and a changed one is simply loaded.
+func TestSnapshotLoadFindsDamage(t *testing.T) {
+	damages := []struct {
+		name string
+		// apply changes the record of key in objs.
+		apply func(objs *bolt.Bucket, key string) error
+		// verifyErr: Open with VerifyRecords fails.
+		verifyErr bool
+	}{
+		{"flipped byte", func(objs *bolt.Bucket, key string) error {
+			raw := append([]byte(nil), objs.Get([]byte(key))...)
+			raw[len(raw)-10] ^= 0x04
+			return objs.Put([]byte(key), raw)
+		}, true},
+		{"deleted", func(objs *bolt.Bucket, key string) error { return objs.Delete([]byte(key)) }, false},
+		{"another resourceVersion", func(objs *bolt.Bucket, key string) error {
+			r, err := store.DecodeRecord(key, objs.Get([]byte(key)))
+			if err != nil {
+				return err
+			}
+			var p corev1.Pod
+			if err := p.Unmarshal(r.Payload); err != nil {
+				return err
+			}
+			p.ResourceVersion = "150"
+			if r.Payload, err = p.Marshal(); err != nil {
+				return err
+			}
+			r.ResourceVersion = "150"
+			raw, err := store.EncodeRecord(key, r)
+			if err != nil {
+				return err
+			}
+			return objs.Put([]byte(key), raw)
+		}, false},
+	}
+	for _, d := range damages {
+		for _, verify := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/verify=%t", d.name, verify), func(t *testing.T) {
+				s := newSubject(t, subjectConfig{}, testIndexers())
+				var list []any
+				for i := range 30 {
+					list = append(list, testobj.Pod(i, 3, 2, "100"))
+				}
+				if err := s.x.Replace(list, "100"); err != nil {
+					t.Fatal(err)
+				}
+				s.close() // writes the snapshot
+				keys := make([]string, len(list))
+				for i, o := range list {
+					keys[i] = keyOf(o)
+				}
+				sort.Strings(keys)
+				bad := keys[len(keys)/2] // not the first: that one is decoded at load
+				b, err := bolt.Open(s.path, 0o600, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				err = b.Update(func(tx *bolt.Tx) error {
+					inf := tx.Bucket([]byte("informers")).Bucket([]byte(informerName))
+					if inf.Get([]byte("snapshot")) == nil {
+						return errors.New("Close wrote no snapshot")
+					}
+					return d.apply(inf.Bucket([]byte("objects")), bad)
+				})
+				_ = b.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				db, err := store.Open(s.path, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.db = db
+				var reported int
+				var mu sync.Mutex
+				x, err := indexer.Open(db, informerName, testIndexers(), &indexer.Options{Example: &corev1.Pod{}, VerifyRecords: verify,
+					OnUndecodable: func(n int) { mu.Lock(); reported += n; mu.Unlock() }})
+				if verify && d.verifyErr {
+					if !errors.Is(err, store.ErrCorrupt) {
+						t.Fatalf("Open with VerifyRecords over a damaged record: %v, want ErrCorrupt", err)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("Open: %v", err)
+				}
+				s.x = x
+				<-x.Decoded()
+				mu.Lock()
+				defer mu.Unlock()
+				if verify {
+					// The records are the truth: what the file has is loaded.
+					if reported != 0 || x.Undecodable() != 0 {
+						t.Fatalf("reported %d, Undecodable %d", reported, x.Undecodable())
+					}
+					return
+				}
+				if _, _, err := x.GetByKey(bad); !errors.Is(err, store.ErrCorrupt) {
+					t.Fatalf("GetByKey: %v, want ErrCorrupt", err)
+				}
+				if reported != 1 || x.Undecodable() != 1 || len(x.List()) != len(list)-1 {
+					t.Fatalf("reported %d, Undecodable %d, List %d objects", reported, x.Undecodable(), len(x.List()))
+				}
+			})
+		}
+	}
+}

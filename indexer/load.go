@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/boltinformer/boltinformer/internal/codec"
 	"github.com/boltinformer/boltinformer/store"
@@ -63,10 +64,18 @@ type envelope struct {
 // by the background fill (lazy.go). One record of each encryption key id
 // (and the first record) is decoded at once, so that a wrong example type
 // or a wrong key fails here, not later.
-func (x *Indexer) load() error {
+//
+// With useSnapshot (Full mode), the envelopes come from the informer's
+// envelope snapshot when the file has a valid one (written by the last
+// clean Close, store.Snapshot), so the records are not read at all here:
+// the background fill reads and verifies them, and one that fails its
+// checksum, does not decode or does not match the snapshot becomes
+// undecodable (the informer relists).
+func (x *Indexer) load(useSnapshot bool) error {
 	var st *store.State
 	var keys []string
 	var envs []envelope
+	var sn *store.Snapshot
 	err := x.db.View(func(tx *store.Tx) error {
 		var err error
 		if st, err = tx.State(x.name); err != nil {
@@ -74,6 +83,15 @@ func (x *Indexer) load() error {
 		}
 		if st == nil {
 			return nil
+		}
+		if useSnapshot {
+			if sn, err = tx.Snapshot(x.name); err == nil {
+				return nil
+			}
+			if !errors.Is(err, store.ErrNoSnapshot) {
+				x.logger.Info("Envelope snapshot not usable: reading the records", "err", err)
+			}
+			sn = nil
 		}
 		// The cursor walk (one goroutine) hands chunks of records to
 		// scanners (one per CPU) as it goes; the raw records are valid
@@ -141,23 +159,27 @@ func (x *Indexer) load() error {
 	if st == nil {
 		return nil
 	}
-	items := make([]item, len(keys)) // one allocation for all
-	x.items = make(map[string]*item, len(keys))
-	keyIDs := map[string]bool{}
 	var probes []string
-	for i, key := range keys {
-		e := &envs[i]
-		if e.err != nil {
-			return fmt.Errorf("indexer %q: load %s: %w", x.name, x.db.Path(), e.err)
+	if sn != nil {
+		keys, probes = x.installSnapshot(sn)
+	} else {
+		items := make([]item, len(keys)) // one allocation for all
+		x.items = make(map[string]*item, len(keys))
+		keyIDs := map[string]bool{}
+		for i, key := range keys {
+			e := &envs[i]
+			if e.err != nil {
+				return fmt.Errorf("indexer %q: load %s: %w", x.name, x.db.Path(), e.err)
+			}
+			if !keyIDs[e.keyID] {
+				keyIDs[e.keyID] = true
+				probes = append(probes, key)
+			}
+			it := &items[i]
+			*it = item{rv: e.rv, uid: e.uid, vals: e.vals, valNames: x.idx.names, lazy: !x.bounded}
+			x.items[key] = it
+			x.idx.update(key, nil, it.vals)
 		}
-		if !keyIDs[e.keyID] {
-			keyIDs[e.keyID] = true
-			probes = append(probes, key)
-		}
-		it := &items[i]
-		*it = item{rv: e.rv, uid: e.uid, vals: e.vals, valNames: x.idx.names, lazy: !x.bounded}
-		x.items[key] = it
-		x.idx.update(key, nil, it.vals)
 	}
 	if !x.bounded {
 		x.lazyN, x.lazyKeys = len(keys), keys
@@ -169,6 +191,9 @@ func (x *Indexer) load() error {
 			return fmt.Errorf("indexer %q: load %s: %w", x.name, x.db.Path(), err)
 		}
 		for i, k := range probes {
+			if errs[i] == nil && !x.bounded {
+				errs[i] = x.matchLoaded(k, x.items[k], objs[i])
+			}
 			if errs[i] != nil {
 				return fmt.Errorf("indexer %q: load %s: %w", x.name, x.db.Path(), errs[i])
 			}
@@ -213,6 +238,88 @@ func (x *Indexer) load() error {
 		}
 	}
 	return nil
+}
+
+// installSnapshot makes the items and index sets of a Full load from an
+// envelope snapshot, and returns the keys in file order and the keys to
+// probe (the first of each encryption key id). Each index value's set is
+// made at its final size, and the sets are built in parallel.
+func (x *Indexer) installSnapshot(sn *store.Snapshot) (keys, probes []string) {
+	n := len(sn.Keys)
+	items := make([]item, n) // one allocation for all
+	x.items = make(map[string]*item, n)
+	keyIDs := map[string]bool{}
+	for i, key := range sn.Keys {
+		if id := sn.KeyIDs[i]; !keyIDs[id] {
+			keyIDs[id] = true
+			probes = append(probes, key)
+		}
+		items[i] = item{rv: sn.ResourceVersions[i], uid: sn.UIDs[i], valNames: x.idx.names, lazy: true}
+		x.items[key] = &items[i]
+	}
+	// The items' values, aligned with the index set's names, cut from
+	// slabs: one [][]string per item that has any, one string per value.
+	pos := make(map[string]int, len(x.idx.names))
+	for i, name := range x.idx.names {
+		pos[name] = i
+	}
+	var total int
+	var wanted []*store.SnapshotIndex
+	for j := range sn.Indexes {
+		if _, ok := pos[sn.Indexes[j].Name]; ok {
+			wanted = append(wanted, &sn.Indexes[j])
+			for _, v := range sn.Indexes[j].Values {
+				total += len(v.Objects)
+			}
+		}
+	}
+	if len(wanted) > 0 {
+		valsSlab := make([][]string, n*len(x.idx.names))
+		strSlab := make([]string, 0, total)
+		for _, idx := range wanted {
+			i := pos[idx.Name]
+			for _, v := range idx.Values {
+				for _, o := range v.Objects {
+					it := &items[o]
+					if it.vals == nil {
+						it.vals = valsSlab[int(o)*len(x.idx.names) : (int(o)+1)*len(x.idx.names) : (int(o)+1)*len(x.idx.names)]
+					}
+					if it.vals[i] == nil {
+						strSlab = append(strSlab, v.Value)
+						it.vals[i] = strSlab[len(strSlab)-1 : len(strSlab) : len(strSlab)]
+					} else {
+						it.vals[i] = append(it.vals[i], v.Value)
+					}
+				}
+			}
+		}
+		// The sets, one index value per task.
+		type task struct {
+			idx map[string]sets.Set[string]
+			v   *store.SnapshotValue
+		}
+		var tasks []task
+		for _, idx := range wanted {
+			m := x.idx.byName[idx.Name]
+			for j := range idx.Values {
+				tasks = append(tasks, task{m, &idx.Values[j]})
+			}
+		}
+		made := make([]sets.Set[string], len(tasks))
+		parallel(len(tasks), 1, func(from, to int) {
+			for t := from; t < to; t++ {
+				set := make(sets.Set[string], len(tasks[t].v.Objects))
+				for _, o := range tasks[t].v.Objects {
+					set.Insert(sn.Keys[o])
+				}
+				made[t] = set
+			}
+		})
+		for t, set := range made {
+			tasks[t].idx[tasks[t].v.Value] = set
+		}
+	}
+	return sn.Keys, probes
 }
 
 // fetchLocked returns the object of key in Bounded mode: a pending write,

@@ -80,8 +80,17 @@ func (a *agent) stop() error {
 func (a *agent) caughtUp(t testing.TB, src *crashtest.Source) {
 	t.Helper()
 	want := src.ResourceVersion()
+	// A damaged record the background fill finds (a warm start from the
+	// envelope snapshot reads records only then) makes the informer relist:
+	// caught up means that relist is done too.
 	waitFor(t, "the informer to apply resourceVersion "+want, func() bool {
-		return a.inf.HasSynced() && a.inf.Indexer().ResourceVersion() == want
+		x := a.inf.Indexer()
+		select {
+		case <-x.Decoded():
+		default:
+			return false
+		}
+		return a.inf.HasSynced() && x.ResourceVersion() == want && x.Undecodable() == 0
 	})
 	objs := src.Objects()
 	if err := crashtest.Compare(a.inf.GetIndexer().List(), objs); err != nil {

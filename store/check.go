@@ -1,6 +1,8 @@
 package store
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -150,6 +152,9 @@ func checkInformer(tx *Tx, inf string, add func(string, string, ...any), full fu
 			add(inf, "object %q has value %q in index %q but no index entry", key, v, name)
 		}
 	}
+	if len(bad) == 0 {
+		checkSnapshot(tx, inf, add)
+	}
 	for name, m := range want {
 		if st == nil || !contains(st.Indexes, name) {
 			continue // stale values of a dropped index, removed on the next write
@@ -180,4 +185,27 @@ func (db *DB) checkView(fn func(*Tx) error) error {
 		defer func() { _ = btx.Rollback() }()
 		return fn(&Tx{tx: btx})
 	})
+}
+
+// checkSnapshot verifies that the informer's envelope snapshot, when the
+// file has one that belongs to its state record, says what its records
+// say.
+func checkSnapshot(tx *Tx, inf string, add func(string, string, ...any)) {
+	sn, err := tx.Snapshot(inf)
+	switch {
+	case errors.Is(err, ErrNoSnapshot):
+		return
+	case err != nil:
+		add(inf, "%v", err)
+		return
+	}
+	want, err := tx.scanSnapshot(inf)
+	if err != nil {
+		add(inf, "%v", err)
+		return
+	}
+	var stamp snapshotStamp
+	if !bytes.Equal(encodeSnapshot(sn, stamp), encodeSnapshot(want, stamp)) {
+		add(inf, "the envelope snapshot (%d objects) disagrees with the records (%d objects)", len(sn.Keys), len(want.Keys))
+	}
 }

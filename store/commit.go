@@ -189,6 +189,11 @@ func applyBatch(tx *bolt.Tx, b *Batch, now time.Time) error {
 	if err != nil {
 		return err
 	}
+	// The informer changes: its envelope snapshot, if any, no longer
+	// describes it (snapshot.go).
+	if err := ib.root.Delete(keySnapshot); err != nil {
+		return err
+	}
 	for _, name := range b.DropIndexes {
 		if ib.indexes.Bucket([]byte(name)) != nil {
 			if err := ib.indexes.DeleteBucket([]byte(name)); err != nil {

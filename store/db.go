@@ -155,6 +155,9 @@ func Open(path string, opts *Options) (db *DB, err error) {
 	if db.version < FormatVersion {
 		// An older file: a read-write open migrates it, a read-only one
 		// cannot.
+		if db.readOnly && db.version >= readableAsIs {
+			return db, nil
+		}
 		if db.readOnly {
 			_ = bdb.Close()
 			return nil, &VersionError{Path: path, Found: db.version, Supported: FormatVersion}

@@ -38,7 +38,12 @@ func (db *DB) migrate(from uint32) error {
 // migrations[v] rewrites a version v file as version v+1, inside tx.
 var migrations = map[uint32]func(*bolt.Tx) error{
 	1: migrate1to2,
+	2: func(*bolt.Tx) error { return nil }, // version 3 only adds the optional snapshot
 }
+
+// readableAsIs is the oldest format version a read-only Open reads without
+// migrating it: a version 2 file is a version 3 file without snapshots.
+const readableAsIs uint32 = 2
 
 // migrate1to2 rewrites every object record with the version 2 checksum,
 // which covers the key and the envelope as well as the payload. A record

@@ -94,6 +94,9 @@ func (db *DB) RepairIndexes(informer string) (IndexRepair, error) {
 				}
 			}
 		}
+		if err := root.Delete(keySnapshot); err != nil {
+			return err
+		}
 		if root.Bucket(bucketIndexes) != nil {
 			if err := root.DeleteBucket(bucketIndexes); err != nil {
 				return err

@@ -13,10 +13,13 @@ import (
 // docs/FORMAT.md documents it. Any change to the layout below, to the meta
 // record, to the record envelope or to the state record bumps it, with a
 // migration in migrate.go. Version 2 made the record checksum cover the
-// key and the envelope, not only the payload.
-const FormatVersion uint32 = 2
+// key and the envelope, not only the payload; version 3 added the envelope
+// snapshot ("snapshot" in an informer's bucket, snapshot.go), which every
+// writer must delete when it changes the informer.
+const FormatVersion uint32 = 3
 
-// The bucket layout (unchanged since format version 1):
+// The bucket layout (since format version 3; versions 1 and 2 had no
+// snapshot):
 //
 //	(root)
 //	├── "meta"                          bucket
@@ -24,6 +27,7 @@ const FormatVersion uint32 = 2
 //	└── "informers"                     bucket
 //	    └── <informer name>             bucket, one per informer
 //	        ├── "state"   -> State record (msgpack map)
+//	        ├── "snapshot" -> envelope snapshot (version 3, optional)
 //	        ├── "objects"                bucket
 //	        │   └── <object key>  -> Record envelope (msgpack array)
 //	        └── "indexes"                bucket

@@ -133,7 +133,7 @@ func TestLsOlderFormat(t *testing.T) {
 	})
 	before := fileState(t, path)
 	_, stderr := mustRun(t, exitFailure, "ls", path)
-	if !strings.Contains(stderr, "format version 1, older than the version 2") || !strings.Contains(stderr, "migrates") {
+	if !strings.Contains(stderr, fmt.Sprintf("format version 1, older than the version %d", store.FormatVersion)) || !strings.Contains(stderr, "migrates") {
 		t.Errorf("stderr %q", stderr)
 	}
 	if fileState(t, path) != before {
