@@ -176,3 +176,52 @@ func TestRecordUnderAnotherKey(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrateVersion2: a version 2 file is a version 3 file without
+// snapshots: a read-only open reads it as it is (and changes nothing); a
+// read-write open bumps the meta record, after which snapshots work.
+func TestMigrateVersion2(t *testing.T) {
+	path := tempPath(t)
+	smallCache(t, path, 20)
+	b, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("meta")).Put([]byte("header"), header(magic, 2, epoch))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Close()
+	before := fileHash(t, path)
+	ro, err := store.Open(path, &store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("read-only open of a version 2 file: %v", err)
+	}
+	if got, err := readAll(t, ro); err != nil || len(got) != 20 {
+		t.Fatalf("read-only: %d records, %v", len(got), err)
+	}
+	if err := ro.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if fileHash(t, path) != before {
+		t.Fatal("a read-only open changed the file")
+	}
+	db := openT(t, path, nil)
+	if err := db.WriteSnapshot("pods"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := snapshotOf(t, db, "pods"); err != nil {
+		t.Fatalf("snapshot after the migration: %v", err)
+	}
+	mustCheck(t, db)
+	var version uint32
+	_ = db.View(func(tx *store.Tx) error {
+		h := tx.Bolt().Bucket([]byte("meta")).Get([]byte("header"))
+		version = uint32(h[4])<<24 | uint32(h[5])<<16 | uint32(h[6])<<8 | uint32(h[7])
+		return nil
+	})
+	if version != store.FormatVersion {
+		t.Fatalf("meta record version %d after a read-write open, want %d", version, store.FormatVersion)
+	}
+}
