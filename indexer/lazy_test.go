@@ -213,13 +213,12 @@ func TestLazyConcurrent(t *testing.T) {
 	}
 }
 
-// TestLazyUndecodable: a record whose checksum is right but whose payload
-// is not an object (only a writer bug or a crafted file makes one) is
-// found when first read: Get returns ErrCorrupt, List leaves it out, the
-// other objects are served, and a write from the server replaces it.
-func TestLazyUndecodable(t *testing.T) {
-	s := newSubject(t, subjectConfig{}, testIndexers())
-	var list []any
+// closedSubject writes 30 Pods at resourceVersion 100 to a new Full
+// indexer and closes it (Close writes the envelope snapshot); bad is a key
+// to damage, not the first (that one is decoded at load).
+func closedSubject(t *testing.T) (s *subject, list []any, bad string) {
+	t.Helper()
+	s = newSubject(t, subjectConfig{}, testIndexers())
 	for i := range 30 {
 		list = append(list, testobj.Pod(i, 3, 2, "100"))
 	}
@@ -232,13 +231,36 @@ func TestLazyUndecodable(t *testing.T) {
 		keys[i] = keyOf(o)
 	}
 	sort.Strings(keys)
-	bad := keys[len(keys)/2] // not the first: that one is decoded at load
-	b, err := bolt.Open(s.path, 0o600, nil)
+	return s, list, keys[len(keys)/2]
+}
+
+// updateInformer changes the informer's bucket in the closed file at path
+// with bbolt directly.
+func updateInformer(t *testing.T, path string, fn func(inf *bolt.Bucket) error) {
+	t.Helper()
+	b, err := bolt.Open(path, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = b.Update(func(tx *bolt.Tx) error {
-		objs := tx.Bucket([]byte("informers")).Bucket([]byte(informerName)).Bucket([]byte("objects"))
+		return fn(tx.Bucket([]byte("informers")).Bucket([]byte(informerName)))
+	})
+	if cerr := b.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLazyUndecodable: a record whose checksum is right but whose payload
+// is not an object (only a writer bug or a crafted file makes one) is
+// found when first read: Get returns ErrCorrupt, List leaves it out, the
+// other objects are served, and a write from the server replaces it.
+func TestLazyUndecodable(t *testing.T) {
+	s, list, bad := closedSubject(t)
+	updateInformer(t, s.path, func(inf *bolt.Bucket) error {
+		objs := inf.Bucket([]byte("objects"))
 		r, err := store.DecodeRecord(bad, objs.Get([]byte(bad)))
 		if err != nil {
 			return err
@@ -250,10 +272,6 @@ func TestLazyUndecodable(t *testing.T) {
 		}
 		return objs.Put([]byte(bad), raw)
 	})
-	_ = b.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
 	db, err := store.Open(s.path, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -338,36 +356,13 @@ func TestSnapshotLoadFindsDamage(t *testing.T) {
 	for _, d := range damages {
 		for _, verify := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/verify=%t", d.name, verify), func(t *testing.T) {
-				s := newSubject(t, subjectConfig{}, testIndexers())
-				var list []any
-				for i := range 30 {
-					list = append(list, testobj.Pod(i, 3, 2, "100"))
-				}
-				if err := s.x.Replace(list, "100"); err != nil {
-					t.Fatal(err)
-				}
-				s.close() // writes the snapshot
-				keys := make([]string, len(list))
-				for i, o := range list {
-					keys[i] = keyOf(o)
-				}
-				sort.Strings(keys)
-				bad := keys[len(keys)/2] // not the first: that one is decoded at load
-				b, err := bolt.Open(s.path, 0o600, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				err = b.Update(func(tx *bolt.Tx) error {
-					inf := tx.Bucket([]byte("informers")).Bucket([]byte(informerName))
+				s, list, bad := closedSubject(t)
+				updateInformer(t, s.path, func(inf *bolt.Bucket) error {
 					if inf.Get([]byte("snapshot")) == nil {
 						return errors.New("Close wrote no snapshot")
 					}
 					return d.apply(inf.Bucket([]byte("objects")), bad)
 				})
-				_ = b.Close()
-				if err != nil {
-					t.Fatal(err)
-				}
 				db, err := store.Open(s.path, nil)
 				if err != nil {
 					t.Fatal(err)
@@ -375,8 +370,14 @@ func TestSnapshotLoadFindsDamage(t *testing.T) {
 				s.db = db
 				var reported int
 				var mu sync.Mutex
+				reportedOnce := make(chan struct{}, 1)
 				x, err := indexer.Open(db, informerName, testIndexers(), &indexer.Options{Example: &corev1.Pod{}, VerifyRecords: verify,
-					OnUndecodable: func(n int) { mu.Lock(); reported += n; mu.Unlock() }})
+					OnUndecodable: func(n int) {
+						mu.Lock()
+						reported += n
+						mu.Unlock()
+						reportedOnce <- struct{}{}
+					}})
 				if verify && d.verifyErr {
 					if !errors.Is(err, store.ErrCorrupt) {
 						t.Fatalf("Open with VerifyRecords over a damaged record: %v, want ErrCorrupt", err)
@@ -388,6 +389,15 @@ func TestSnapshotLoadFindsDamage(t *testing.T) {
 				}
 				s.x = x
 				<-x.Decoded()
+				if !verify {
+					// The fill reports after it has installed (and Decoded
+					// is closed).
+					select {
+					case <-reportedOnce:
+					case <-time.After(10 * time.Second):
+						t.Fatal("no report of the undecodable object")
+					}
+				}
 				mu.Lock()
 				defer mu.Unlock()
 				if verify {

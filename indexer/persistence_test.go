@@ -348,6 +348,7 @@ func TestHeapPerObject(t *testing.T) {
 		sub.cfg.mode = mode
 		before := heapInUse()
 		sub.open(ixs())
+		<-sub.x.Decoded() // a Full warm load decodes in the background
 		after := heapInUse()
 		if sub.x.Len() != n {
 			t.Fatalf("%s: %d objects", modeName(mode), sub.x.Len())

@@ -186,19 +186,22 @@ func TestSnapshotStaleOrDamaged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var good []byte
-	update(func(tx *bolt.Tx) error {
-		good = append([]byte(nil), pods(tx).Get([]byte("snapshot"))...)
+	setRV := func(tx *bolt.Tx, rv string) error {
 		st, err := store.DecodeState(pods(tx).Get([]byte("state")))
 		if err != nil {
 			return err
 		}
-		st.ResourceVersion = "200"
+		st.ResourceVersion = rv
 		raw, err := store.EncodeState(st)
 		if err != nil {
 			return err
 		}
 		return pods(tx).Put([]byte("state"), raw)
+	}
+	var good []byte
+	update(func(tx *bolt.Tx) error {
+		good = append([]byte(nil), pods(tx).Get([]byte("snapshot"))...)
+		return setRV(tx, "200")
 	})
 	db = openT(t, path, nil)
 	if _, err := snapshotOf(t, db, "pods"); !errors.Is(err, store.ErrNoSnapshot) {
@@ -209,16 +212,7 @@ func TestSnapshotStaleOrDamaged(t *testing.T) {
 		t.Fatal(err)
 	}
 	update(func(tx *bolt.Tx) error {
-		st, err := store.DecodeState(pods(tx).Get([]byte("state")))
-		if err != nil {
-			return err
-		}
-		st.ResourceVersion = "100"
-		raw, err := store.EncodeState(st)
-		if err != nil {
-			return err
-		}
-		if err := pods(tx).Put([]byte("state"), raw); err != nil {
+		if err := setRV(tx, "100"); err != nil {
 			return err
 		}
 		bad := append([]byte(nil), good...)
