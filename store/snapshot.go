@@ -143,41 +143,66 @@ func (db *DB) WriteSnapshot(informer string) error {
 
 // scanSnapshot builds the snapshot from the informer's records.
 func (t *Tx) scanSnapshot(informer string) (*Snapshot, error) {
-	sn := &Snapshot{}
-	byIndex := map[string]map[string][]int32{}
-	intern := map[string]string{}
-	str := func(b []byte) string {
-		if s, ok := intern[string(b)]; ok {
-			return s
-		}
-		s := string(b)
-		intern[s] = s
-		return s
-	}
+	b := newSnapshotBuilder()
 	err := t.ForEachRaw(informer, func(key string, raw []byte) error {
-		pos := int32(len(sn.Keys))
-		h, err := ScanRecord(key, raw, func(name, value []byte) {
-			vals := byIndex[string(name)]
-			if vals == nil {
-				vals = map[string][]int32{}
-				byIndex[string(name)] = vals
-			}
-			v := str(value)
-			vals[v] = append(vals[v], pos)
-		})
+		h, err := ScanRecord(key, raw, b.index)
 		if err != nil {
 			return fmt.Errorf("informer %q key %q: %w", informer, key, err)
 		}
-		sn.Keys = append(sn.Keys, key)
-		sn.ResourceVersions = append(sn.ResourceVersions, string(h.ResourceVersion))
-		sn.UIDs = append(sn.UIDs, string(h.UID))
-		sn.KeyIDs = append(sn.KeyIDs, str(h.KeyID))
+		b.object(key, h.ResourceVersion, h.UID, h.KeyID)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	for name, vals := range byIndex {
+	return b.snapshot(), nil
+}
+
+// snapshotBuilder collects a Snapshot from records given in key order:
+// index (the values of the record about to be added), then object.
+type snapshotBuilder struct {
+	sn      Snapshot
+	byIndex map[string]map[string][]int32
+	intern  map[string]string
+}
+
+func newSnapshotBuilder() *snapshotBuilder {
+	return &snapshotBuilder{byIndex: map[string]map[string][]int32{}, intern: map[string]string{}}
+}
+
+// str interns b: index values and key ids repeat across records.
+func (b *snapshotBuilder) str(v []byte) string {
+	if s, ok := b.intern[string(v)]; ok {
+		return s
+	}
+	s := string(v)
+	b.intern[s] = s
+	return s
+}
+
+// index adds one index value of the next object.
+func (b *snapshotBuilder) index(name, value []byte) {
+	vals := b.byIndex[string(name)]
+	if vals == nil {
+		vals = map[string][]int32{}
+		b.byIndex[string(name)] = vals
+	}
+	v := b.str(value)
+	vals[v] = append(vals[v], int32(len(b.sn.Keys)))
+}
+
+// object adds the next object's envelope.
+func (b *snapshotBuilder) object(key string, rv, uid, keyID []byte) {
+	b.sn.Keys = append(b.sn.Keys, key)
+	b.sn.ResourceVersions = append(b.sn.ResourceVersions, string(rv))
+	b.sn.UIDs = append(b.sn.UIDs, string(uid))
+	b.sn.KeyIDs = append(b.sn.KeyIDs, b.str(keyID))
+}
+
+// snapshot returns what was added, indexes and values sorted.
+func (b *snapshotBuilder) snapshot() *Snapshot {
+	sn := &b.sn
+	for name, vals := range b.byIndex {
 		idx := SnapshotIndex{Name: name}
 		for v, objs := range vals {
 			idx.Values = append(idx.Values, SnapshotValue{Value: v, Objects: objs})
@@ -186,7 +211,7 @@ func (t *Tx) scanSnapshot(informer string) (*Snapshot, error) {
 		sn.Indexes = append(sn.Indexes, idx)
 	}
 	sort.Slice(sn.Indexes, func(i, j int) bool { return sn.Indexes[i].Name < sn.Indexes[j].Name })
-	return sn, nil
+	return sn
 }
 
 // encodeSnapshot lays sn out as docs/FORMAT.md section 7a describes:
