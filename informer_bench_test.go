@@ -432,8 +432,9 @@ func benchIngest(b *testing.B, setup func(*testing.B, cache.ListerWatcher) (cach
 }
 
 // modifiedPod is p at resourceVersion rv with a changed status, as a watch
-// decoder would hand it over: a new object, except for the spec, which it
-// shares with p (neither informer writes to an object it is given).
+// decoder would hand it over: a new object, except for the spec and the
+// metadata's maps and slices, which it shares with p (neither informer
+// writes to an object it is given).
 func modifiedPod(p *corev1.Pod, rv int64) *corev1.Pod {
 	out := &corev1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: p.ObjectMeta, Spec: p.Spec}
 	out.ResourceVersion = strconv.FormatInt(rv, 10)
