@@ -95,22 +95,21 @@ func benchPath(b *testing.B, name string) string { return filepath.Join(b.TempDi
 
 // cpuTime returns the CPU time (user and system, all threads) the process
 // has used: on a shared machine it varies less than the wall time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+func cpuTime() time.Duration { return readUsage().cpu }
+
+// usage is the process's resource usage so far (zero where unknown).
+type usage struct {
+	cpu     time.Duration // user and system, all threads
+	written int64         // bytes written to storage: output blocks of 512 bytes on Linux
 }
 
-// writtenBytes returns what the process has written to storage so far, by
-// getrusage's output blocks (512 bytes on Linux), or 0 where unknown.
-func writtenBytes() int64 {
+// readUsage reads the usage with one getrusage call.
+func readUsage() usage {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return usage{}
 	}
-	return int64(ru.Oublock) * 512
+	return usage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), written: int64(ru.Oublock) * 512}
 }
 
 // timer accumulates a benchmark's custom durations, reported as means.
@@ -139,21 +138,13 @@ func runUntilSynced(b *testing.B, tm *timer, start time.Time, cpu0 time.Duration
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		inf.RunWithContext(ctx)
-	}()
+	stop = runInformer(b, inf)
 	<-inf.HasSyncedChecker().Done()
 	tm.add("ms-to-synced", time.Since(start))
 	<-reg.HasSyncedChecker().Done()
 	tm.add("ms-to-handler-synced", time.Since(start))
 	tm.add("cpu-ms-to-handler-synced", cpuTime()-cpu0)
-	return func() {
-		cancel()
-		<-done
-	}
+	return stop
 }
 
 func BenchmarkTimeToSynced(b *testing.B) {
@@ -380,15 +371,9 @@ func benchIngest(b *testing.B, setup func(*testing.B, cache.ListerWatcher) (cach
 	if _, err := inf.AddEventHandler(h); err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		inf.RunWithContext(ctx)
-	}()
+	stop := runInformer(b, inf)
 	defer func() {
-		cancel()
-		<-done
+		stop()
 		closeDB()
 	}()
 	<-inf.HasSyncedChecker().Done()
@@ -409,7 +394,7 @@ func benchIngest(b *testing.B, setup func(*testing.B, cache.ListerWatcher) (cach
 		last := h.expect(strconv.FormatInt(rv, 10))
 		runtime.GC()
 		b.StartTimer()
-		start, cpu0, w0 := time.Now(), cpuTime(), writtenBytes()
+		start, u0 := time.Now(), readUsage()
 		for _, e := range events {
 			lw.w.ch <- e
 		}
@@ -419,8 +404,9 @@ func benchIngest(b *testing.B, setup func(*testing.B, cache.ListerWatcher) (cach
 			b.Fatal(err)
 		}
 		elapsed += time.Since(start)
-		cpu += cpuTime() - cpu0
-		written += writtenBytes() - w0
+		u := readUsage()
+		cpu += u.cpu - u0.cpu
+		written += u.written - u0.written
 	}
 	b.StopTimer()
 	n := float64(b.N * perIter)
