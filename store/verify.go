@@ -24,6 +24,10 @@ import (
 // that fit inside the page and its overflow, and are reached exactly once;
 // the freelist page is a freelist whose ids lie below the high-water mark,
 // are distinct and are not reachable pages. It does not check key order.
+// It reads the two meta pages, then maps (or reads) only the pages below
+// the high-water mark: the bytes past it, which bbolt neither uses nor
+// reads (it grows files ahead of use; a file may be extended sparsely to
+// any size), are never touched.
 //
 // The layout mirrored here is bbolt's (go.etcd.io/bbolt/internal/common),
 // in the machine's byte order; docs/FORMAT.md summarises it.
@@ -38,14 +42,46 @@ func verifyPages(path string) error {
 		return fmt.Errorf("store: stat %s: %w", path, err)
 	}
 	v := &pageVerifier{f: f, size: uint64(fi.Size())}
+	defer func() {
+		if verifyObserver != nil {
+			verifyObserver(v.stats)
+		}
+	}()
+	// The meta pages are read first, so that only the pages bbolt uses
+	// (below the high-water mark) are mapped and walked: a file extended
+	// past them (bbolt grows files ahead of use; a sparse hole of any
+	// size) costs nothing.
+	m, err := v.readMeta()
+	if err != nil {
+		return corruptf("%s: %v", path, err)
+	}
+	v.size = m.hwm * v.ps
 	var unmap func()
 	v.data, unmap = mapFile(f, v.size)
 	defer unmap()
-	if err := v.run(); err != nil {
+	if v.data != nil {
+		v.stats.Mapped = v.size
+	}
+	if err := v.run(m); err != nil {
 		return corruptf("%s: %v", path, err)
 	}
 	return nil
 }
+
+// verifyStats is what one verifyPages call read of the file.
+type verifyStats struct {
+	// Mapped is the length of the file's map (0 when pages were read).
+	Mapped uint64
+	// Read is how many bytes were read with pread (the meta pages, and
+	// every page when the file is not mapped).
+	Read uint64
+	// Pages is how many pages (overflow included) the walk reached.
+	Pages uint64
+}
+
+// verifyObserver, when set (by tests), is given each verifyPages call's
+// statistics.
+var verifyObserver func(verifyStats)
 
 // bbolt's page format.
 const (
@@ -70,8 +106,11 @@ type bbMeta struct {
 }
 
 type pageVerifier struct {
-	f    *os.File
-	size uint64
+	f *os.File
+	// size is the file's size until the meta page is read, then the bytes
+	// below the high-water mark: nothing past them is read.
+	size  uint64
+	stats verifyStats
 	// data maps the file (read-only) where the platform allows; else
 	// pages are read into the buffers below.
 	data []byte
@@ -100,6 +139,7 @@ func (v *pageVerifier) readAt(off, n uint64, buf *[]byte) ([]byte, error) {
 	if _, err := v.f.ReadAt(b, int64(off)); err != nil && err != io.EOF {
 		return nil, err
 	}
+	v.stats.Read += n
 	return b, nil
 }
 
@@ -137,7 +177,10 @@ func (v *pageVerifier) metaAt(off uint64) (bbMeta, bool) {
 	return parseMeta(b)
 }
 
-func (v *pageVerifier) run() error {
+// readMeta finds the page size and the meta page bbolt uses (the valid
+// one with the higher txid), and checks that its high-water mark fits in
+// the file. It reads the meta pages only.
+func (v *pageVerifier) readMeta() (bbMeta, error) {
 	// The page size, found as bbolt finds it: from the first meta page,
 	// else from the second at each possible offset.
 	var ps uint64
@@ -156,10 +199,10 @@ func (v *pageVerifier) run() error {
 		}
 	}
 	if ps < 1024 || ps > 1<<24 || ps&(ps-1) != 0 {
-		return fmt.Errorf("no valid bbolt meta page (page size %d)", ps)
+		return bbMeta{}, fmt.Errorf("no valid bbolt meta page (page size %d)", ps)
 	}
 	if v.size < 2*ps {
-		return fmt.Errorf("file is %d bytes, shorter than two %d-byte meta pages", v.size, ps)
+		return bbMeta{}, fmt.Errorf("file is %d bytes, shorter than two %d-byte meta pages", v.size, ps)
 	}
 	v.ps = ps
 	// The meta bbolt uses: the valid one with the higher txid.
@@ -177,11 +220,16 @@ func (v *pageVerifier) run() error {
 	case ok1:
 		m = m1
 	default:
-		return fmt.Errorf("both bbolt meta pages are invalid")
+		return bbMeta{}, fmt.Errorf("both bbolt meta pages are invalid")
 	}
 	if m.hwm < 3 || m.hwm > v.size/ps {
-		return fmt.Errorf("high-water mark of %d pages does not fit the %d-byte file (page size %d)", m.hwm, v.size, ps)
+		return bbMeta{}, fmt.Errorf("high-water mark of %d pages does not fit the %d-byte file (page size %d)", m.hwm, v.size, ps)
 	}
+	return m, nil
+}
+
+// run walks the pages reachable from meta m (readMeta's).
+func (v *pageVerifier) run(m bbMeta) error {
 	v.hwm = m.hwm
 	v.seen = make([]uint64, (m.hwm+63)/64)
 	v.mark(0)
@@ -226,6 +274,7 @@ func (v *pageVerifier) span(id uint64, what string, buf *[]byte) ([]byte, error)
 		}
 		v.mark(i)
 	}
+	v.stats.Pages += overflow + 1
 	if overflow == 0 {
 		return p, nil
 	}
