@@ -40,7 +40,24 @@ type FactoryOptions struct {
 	// Informer are the defaults for every informer (Memory, CacheSize,
 	// SyncPolicy, TransformID).
 	Informer InformerOptions
-	// Keyrings encrypt at rest the resources they name (e.g. "secrets").
+	// Keyrings encrypt at rest the resources they name: each informer of a
+	// resource an entry names gets that entry's keyring. An entry is
+	// written as kubectl names resources, in any case:
+	//
+	//	"secrets", "secret"        a built-in resource, in any group
+	//	"deployments.apps"         resource.group (custom resources: the CRD's name)
+	//	"deployments.v1.apps"      resource.version.group; "secrets.v1." for the core group
+	//	"v1/secrets", "apps/v1/deployments"
+	//	"/v1, Resource=secrets"    schema.GroupVersionResource.String()
+	//
+	// An entry matches every version of its resource. NewFactory rejects an
+	// entry that can never match (a name that is not a built-in resource
+	// unless it is group-qualified, a built-in group without that
+	// resource, a dotless group that is not built in), a nil or invalid
+	// keyring, and two entries that name a common resource with different
+	// keyrings. A custom resource's entry is checked for its form only (its
+	// resources are known to the server alone): Start logs a warning for
+	// an entry that no informer has matched.
 	Keyrings map[string]*Keyring
 }
 
@@ -48,16 +65,18 @@ type FactoryOptions struct {
 // group-commit loop), from a rest.Config: typed ones for built-in types and
 // dynamic (unstructured) ones for CRDs.
 type Factory struct {
-	db      *DB
-	config  *rest.Config
-	opts    FactoryOptions
-	cluster string
-	dynamic dynamic.Interface
+	db       *DB
+	config   *rest.Config
+	opts     FactoryOptions
+	keyrings []*keyringEntry
+	cluster  string
+	dynamic  dynamic.Interface
 
-	// mu guards informers, started and ctx.
+	// mu guards informers, started and matched.
 	mu        sync.Mutex
 	informers map[string]*Informer
 	started   map[string]bool
+	matched   map[*keyringEntry]bool // Keyrings entries an informer used
 	wg        sync.WaitGroup
 }
 
@@ -70,12 +89,16 @@ func NewFactory(db *DB, config *rest.Config, opts *FactoryOptions) (*Factory, er
 	if o.LookupTimeout == 0 {
 		o.LookupTimeout = 3 * time.Second
 	}
+	keyrings, err := parseKeyrings(o.Keyrings)
+	if err != nil {
+		return nil, err
+	}
 	dc, err := dynamic.NewForConfig(config)
 	if err != nil {
 		return nil, fmt.Errorf("boltinformer: factory: %w", err)
 	}
-	f := &Factory{db: db, config: rest.CopyConfig(config), opts: o, dynamic: dc,
-		informers: map[string]*Informer{}, started: map[string]bool{}}
+	f := &Factory{db: db, config: rest.CopyConfig(config), opts: o, keyrings: keyrings, dynamic: dc,
+		informers: map[string]*Informer{}, started: map[string]bool{}, matched: map[*keyringEntry]bool{}}
 	f.cluster = o.ClusterID
 	if f.cluster == "" {
 		f.cluster = f.lookupClusterID()
@@ -128,13 +151,20 @@ func (f *Factory) fingerprint() string {
 	return ListOptionsFingerprint(f.opts.Namespace, o)
 }
 
-func (f *Factory) informerOptions(resource string) *InformerOptions {
+// informerOptionsLocked returns the options of gvr's informer: the factory's
+// defaults, its identity, and the keyring of the Keyrings entry that
+// names gvr's resource, if any (parseKeyrings left at most one keyring per
+// resource). The caller holds mu.
+func (f *Factory) informerOptionsLocked(gvr schema.GroupVersionResource) *InformerOptions {
 	io := f.opts.Informer
 	io.ClusterID = f.cluster
-	io.Resource = resource
+	io.Resource = gvr.String()
 	io.ListOptions = f.fingerprint()
-	if k := f.opts.Keyrings[resource]; k != nil {
-		io.Keyring = k
+	for _, e := range f.keyrings {
+		if e.matches(gvr.GroupResource()) {
+			io.Keyring = e.keyring
+			f.matched[e] = true
+		}
 	}
 	return &io
 }
@@ -170,7 +200,7 @@ func (f *Factory) InformerFor(example runtime.Object, resource string, indexers 
 	if indexers == nil {
 		indexers = defaultIndexers
 	}
-	inf, err := f.db.NewInformer(name, lw, example, f.opts.ResyncPeriod, indexers, f.informerOptions(gvr.String()))
+	inf, err := f.db.NewInformer(name, lw, example, f.opts.ResyncPeriod, indexers, f.informerOptionsLocked(gvr))
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +231,7 @@ func (f *Factory) ForResource(gvr schema.GroupVersionResource, indexers cache.In
 	if indexers == nil {
 		indexers = defaultIndexers
 	}
-	inf, err := f.db.NewInformer(name, cache.ToListWatcherWithWatchListSemantics(lw, f.dynamic), &unstructured.Unstructured{}, f.opts.ResyncPeriod, indexers, f.informerOptions(gvr.String()))
+	inf, err := f.db.NewInformer(name, cache.ToListWatcherWithWatchListSemantics(lw, f.dynamic), &unstructured.Unstructured{}, f.opts.ResyncPeriod, indexers, f.informerOptionsLocked(gvr))
 	if err != nil {
 		return nil, err
 	}
@@ -214,6 +244,11 @@ func (f *Factory) ForResource(gvr schema.GroupVersionResource, indexers cache.In
 func (f *Factory) Start(ctx context.Context) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	for _, e := range f.keyrings {
+		if !f.matched[e] {
+			f.db.logger.Info("Warning: a Keyrings entry matches none of the factory's informers (yet); check its spelling", "entry", e.entry)
+		}
+	}
 	for name, inf := range f.informers {
 		if f.started[name] {
 			continue

@@ -108,7 +108,7 @@ func run(ctx context.Context, c config) error {
 	nsFactory, err := boltinformer.NewFactory(db, rc, &boltinformer.FactoryOptions{
 		Namespace:     c.namespace,
 		ClusterID:     podFactory.ClusterID(),
-		Keyrings:      map[string]*boltinformer.Keyring{"/v1, Resource=secrets": {Current: "k1", Keys: map[string][]byte{"k1": key}}},
+		Keyrings:      map[string]*boltinformer.Keyring{"secrets": {Current: "k1", Keys: map[string][]byte{"k1": key}}},
 		LookupTimeout: 2 * time.Second,
 	})
 	if err != nil {

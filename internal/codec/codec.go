@@ -95,7 +95,48 @@ func (c *Codec) GVK() schema.GroupVersionKind { return c.gvk }
 func (c *Codec) Kind() store.Codec { return c.kind }
 
 // Encrypted reports whether payloads are sealed.
-func (c *Codec) Encrypted() bool { return c.seal != nil }
+func (c *Codec) Encrypted() bool { return c.seal != nil && c.seal.current != "" }
+
+// KeyID returns the key id the codec seals new payloads with ("" when it
+// stores plaintext): a record with another key id is to be resealed
+// (Reseal).
+func (c *Codec) KeyID() string {
+	if c.seal == nil {
+		return ""
+	}
+	return c.seal.current
+}
+
+// Reseal changes r, the record stored under key, to what Encode would
+// write now: a payload sealed with another key, or not sealed, is opened
+// and sealed with the current key (or left in plaintext when the codec
+// does not seal). It returns false, leaving r alone, when r already has
+// the current key id. Only r's Payload and KeyID change; the payload is
+// not decoded, so the object is unchanged. An error wraps ErrWrongKey or
+// ErrEncrypted when the keyring does not open the payload.
+func (c *Codec) Reseal(key string, r *store.Record) (bool, error) {
+	want := c.KeyID()
+	if r.KeyID == want {
+		return false, nil
+	}
+	plain := r.Payload
+	if r.KeyID != "" {
+		var err error
+		if plain, err = c.seal.open(r.KeyID, r.Payload, []byte(key)); err != nil {
+			return false, fmt.Errorf("codec: %q: %w", key, err)
+		}
+	}
+	if want == "" {
+		r.Payload, r.KeyID = plain, ""
+		return true, nil
+	}
+	sealed, id, err := c.seal.seal(plain, []byte(key))
+	if err != nil {
+		return false, err
+	}
+	r.Payload, r.KeyID = sealed, id
+	return true, nil
+}
 
 // Encode returns the record for obj stored under key. The key is bound to
 // a sealed payload as additional data, so sealed records cannot be swapped.
@@ -157,7 +198,7 @@ func (c *Codec) payload(key string, obj any, ro runtime.Object, r *store.Record)
 	if err != nil {
 		return nil, fmt.Errorf("codec: encode %s %q: %w", c.kind, key, err)
 	}
-	if c.seal != nil {
+	if c.Encrypted() {
 		payload, r.KeyID, err = c.seal.seal(payload, []byte(key))
 		if err != nil {
 			return nil, err

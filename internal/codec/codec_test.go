@@ -216,3 +216,83 @@ func FuzzDecodePayload(f *testing.F) {
 		_, _ = codec.DecodePayload(store.Codec(kind), payload, &unstructured.Unstructured{})
 	})
 }
+
+func TestKeyringValidate(t *testing.T) {
+	key := bytes.Repeat([]byte{1}, 32)
+	for name, k := range map[string]*codec.Keyring{
+		"no keys":         {Current: "k1"},
+		"empty":           {},
+		"empty id":        {Current: "", Keys: map[string][]byte{"": key}},
+		"bad key":         {Current: "k1", Keys: map[string][]byte{"k1": key[:5]}},
+		"current missing": {Current: "k2", Keys: map[string][]byte{"k1": key}},
+	} {
+		if err := k.Validate(); err == nil {
+			t.Errorf("%s: Validate accepted %+v", name, k)
+		}
+	}
+	for name, k := range map[string]*codec.Keyring{
+		"sealing":      {Current: "k1", Keys: map[string][]byte{"k1": key}},
+		"decrypt only": {Keys: map[string][]byte{"k1": key}},
+	} {
+		if err := k.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestReseal: Reseal moves a record to the codec's current key (or to
+// plaintext for a decrypt-only keyring) without decoding the object.
+func TestReseal(t *testing.T) {
+	k1 := bytes.Repeat([]byte{1}, 32)
+	k2 := bytes.Repeat([]byte{2}, 16)
+	s := &corev1.Secret{Data: map[string][]byte{"password": []byte("hunter2")}}
+	s.Name, s.Namespace = "db", "prod"
+	plain, _ := codec.New(&corev1.Secret{}, nil)
+	r, err := plain.Encode("prod/db", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		keyring *codec.Keyring
+		want    string
+		changed bool
+	}{
+		{&codec.Keyring{Current: "k1", Keys: map[string][]byte{"k1": k1}}, "k1", true},
+		{&codec.Keyring{Current: "k1", Keys: map[string][]byte{"k1": k1}}, "k1", false},
+		{&codec.Keyring{Current: "k2", Keys: map[string][]byte{"k1": k1, "k2": k2}}, "k2", true},
+		{&codec.Keyring{Keys: map[string][]byte{"k2": k2}}, "", true},
+		{nil, "", false},
+	}
+	for i, st := range steps {
+		c, err := codec.New(&corev1.Secret{}, &codec.Options{Keyring: st.keyring})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.KeyID() != st.want || c.Encrypted() != (st.want != "") {
+			t.Fatalf("step %d: KeyID %q Encrypted %v", i, c.KeyID(), c.Encrypted())
+		}
+		changed, err := c.Reseal("prod/db", r)
+		if err != nil || changed != st.changed || r.KeyID != st.want {
+			t.Fatalf("step %d: Reseal %v, %v; key id %q, want %v, %q", i, changed, err, r.KeyID, st.changed, st.want)
+		}
+		if bytes.Contains(r.Payload, []byte("hunter2")) != (st.want == "") {
+			t.Fatalf("step %d: plaintext in the payload: %v", i, bytes.Contains(r.Payload, []byte("hunter2")))
+		}
+		got, err := c.Decode("prod/db", r)
+		if err != nil || string(got.(*corev1.Secret).Data["password"]) != "hunter2" {
+			t.Fatalf("step %d: decode after Reseal: %v", i, err)
+		}
+	}
+	// A keyring without the record's key cannot reseal it.
+	c1, _ := codec.New(&corev1.Secret{}, &codec.Options{Keyring: &codec.Keyring{Current: "k1", Keys: map[string][]byte{"k1": k1}}})
+	if _, err := c1.Reseal("prod/db", r); err != nil {
+		t.Fatal(err)
+	}
+	c2, _ := codec.New(&corev1.Secret{}, &codec.Options{Keyring: &codec.Keyring{Current: "k2", Keys: map[string][]byte{"k2": k2}}})
+	if changed, err := c2.Reseal("prod/db", r); !errors.Is(err, codec.ErrWrongKey) || changed || r.KeyID != "k1" {
+		t.Fatalf("Reseal without the record's key: %v, %v, key id %q", changed, err, r.KeyID)
+	}
+	if _, err := plain.Reseal("prod/db", r); !errors.Is(err, codec.ErrEncrypted) {
+		t.Fatalf("Reseal without a keyring: %v", err)
+	}
+}

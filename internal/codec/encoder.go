@@ -42,7 +42,7 @@ func (e *Encoder) Encode(key string, obj any, r *store.Record) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if m, ok := obj.(reverseMarshaler); ok && c.kind == store.CodecProtobuf && c.seal == nil && !cacheable(ro) {
+	if m, ok := obj.(reverseMarshaler); ok && c.kind == store.CodecProtobuf && !c.Encrypted() && !cacheable(ro) {
 		e.tail.m = m
 		raw, err := e.rb.AppendTail(key, r, &e.tail)
 		e.tail.m = nil

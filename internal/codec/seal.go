@@ -5,27 +5,56 @@ import (
 	"crypto/cipher"
 	"crypto/rand"
 	"fmt"
+	"sort"
 )
 
 // Keyring holds the AES keys for encryption at rest. Current names the key
 // new payloads are sealed with; older keys stay to open old records, so keys
 // can rotate: records name the key id they were sealed with.
+//
+// Current "" seals nothing: the keys only open the records sealed with
+// them (what turns encryption off: the informer rewrites those records in
+// plaintext when it loads them).
 type Keyring struct {
-	// Current is the id of the key used to seal.
+	// Current is the id of the key used to seal; "" to store plaintext.
 	Current string
 	// Keys maps key ids to AES keys of 16, 24 or 32 bytes.
 	Keys map[string][]byte
 }
 
+// Validate reports whether the keyring can be used: at least one key,
+// every key id non-empty and every key a valid AES key, and Current ("" or
+// the id of one of them).
+func (k *Keyring) Validate() error {
+	_, err := newSealer(k)
+	return err
+}
+
+// IDs returns the keyring's key ids, sorted.
+func (k *Keyring) IDs() []string {
+	if k == nil {
+		return nil
+	}
+	ids := make([]string, 0, len(k.Keys))
+	for id := range k.Keys {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
 // sealer is a Keyring with its ciphers built.
 type sealer struct {
-	current string
+	current string // "": open only
 	aeads   map[string]cipher.AEAD
 }
 
 func newSealer(k *Keyring) (*sealer, error) {
 	if k == nil {
 		return nil, nil
+	}
+	if len(k.Keys) == 0 {
+		return nil, fmt.Errorf("codec: keyring: no keys")
 	}
 	s := &sealer{current: k.Current, aeads: map[string]cipher.AEAD{}}
 	for id, key := range k.Keys {
@@ -42,7 +71,7 @@ func newSealer(k *Keyring) (*sealer, error) {
 		}
 		s.aeads[id] = aead
 	}
-	if _, ok := s.aeads[s.current]; !ok {
+	if _, ok := s.aeads[s.current]; !ok && s.current != "" {
 		return nil, fmt.Errorf("codec: keyring: current key %q is not in the keyring", s.current)
 	}
 	return s, nil
