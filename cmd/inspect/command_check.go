@@ -25,7 +25,11 @@ points to an object with that value and every object's values have entries;
 each state's object count is right (store.DB.Check); and every payload
 decodes, with its uid and resourceVersion equal to its envelope's. Encrypted
 payloads are decrypted with --key-file, or left out (their checksum is still
-verified). It exits with status 2 when it finds a problem, and prints them.`,
+verified). It exits with status 2 when it finds a problem, and prints them.
+An encrypted payload that does not decrypt with the keys of --key-file is not
+a problem of the file (its checksum, which covers the sealed bytes, holds):
+check reports it as a key error and exits with status 1, like the other
+commands do for a wrong key.`,
 		Example: `  inspect check cache.db
   inspect check cache.db --key-file /etc/agent/keys -o json`,
 		Args: cobra.ExactArgs(1),
@@ -46,10 +50,14 @@ verified). It exits with status 2 when it finds a problem, and prints them.`,
 }
 
 type checkReport struct {
-	File      string          `json:"file"`
+	File string `json:"file"`
+	// OK is true when there are no problems and no key errors.
 	OK        bool            `json:"ok"`
 	Informers []checkInformer `json:"informers"`
 	Problems  []checkProblem  `json:"problems"`
+	// KeyErrors are payloads that do not decrypt with --key-file (a wrong
+	// or missing key, not damage); at most --max-problems are listed.
+	KeyErrors []checkProblem `json:"keyErrors"`
 }
 
 type checkInformer struct {
@@ -61,6 +69,8 @@ type checkInformer struct {
 	Decoded   int `json:"decoded"`
 	Envelopes int `json:"envelopes"`
 	Encrypted int `json:"encrypted"`
+	// KeyErrors did not decrypt with --key-file.
+	KeyErrors int `json:"keyErrors"`
 	Problems  int `json:"problems"`
 }
 
@@ -70,7 +80,7 @@ type checkProblem struct {
 }
 
 func (a *app) check(cmd *cobra.Command, path string, keyring *codec.Keyring, maxProblems int, p *printFlags) error {
-	rep := &checkReport{File: path, Informers: []checkInformer{}, Problems: []checkProblem{}}
+	rep := &checkReport{File: path, Informers: []checkInformer{}, Problems: []checkProblem{}, KeyErrors: []checkProblem{}}
 	db, err := a.open(path)
 	if err != nil {
 		if !errors.Is(err, store.ErrCorrupt) {
@@ -133,6 +143,14 @@ func checkPayloads(tx *store.Tx, inf string, keyring *codec.Keyring, rep *checkR
 		switch {
 		case errors.Is(err, codec.ErrEncrypted):
 			ci.Encrypted++
+		case errors.Is(err, codec.ErrWrongKey):
+			// The record's checksum covers the sealed payload and
+			// db.Check verified it: the key is wrong, not the file.
+			ci.KeyErrors++
+			if len(rep.KeyErrors) < maxProblems {
+				rep.KeyErrors = append(rep.KeyErrors, checkProblem{Informer: inf,
+					Message: strings.TrimPrefix(err.Error(), fmt.Sprintf("informer %q: ", inf))})
+			}
 		case err != nil:
 			problem("%s", strings.TrimPrefix(err.Error(), fmt.Sprintf("informer %q: ", inf)))
 		case o.failed:
@@ -155,7 +173,11 @@ func checkPayloads(tx *store.Tx, inf string, keyring *codec.Keyring, rep *checkR
 }
 
 func (a *app) printCheck(cmd *cobra.Command, rep *checkReport, p *printFlags) error {
-	rep.OK = len(rep.Problems) == 0
+	keyErrors := 0
+	for _, ci := range rep.Informers {
+		keyErrors += ci.KeyErrors
+	}
+	rep.OK = len(rep.Problems) == 0 && keyErrors == 0
 	out := cmd.OutOrStdout()
 	if p.table() {
 		t := &table{headers: []string{"INFORMER", "OBJECTS", "INDEXES", "DECODED", "PROBLEMS", "NOTES"}}
@@ -168,6 +190,9 @@ func (a *app) printCheck(cmd *cobra.Command, rep *checkReport, p *printFlags) er
 			}
 			if ci.Envelopes > 0 {
 				notes = append(notes, fmt.Sprintf("%d of an unknown type, not decoded", ci.Envelopes))
+			}
+			if ci.KeyErrors > 0 {
+				notes = append(notes, fmt.Sprintf("%d do not decrypt with --key-file", ci.KeyErrors))
 			}
 			if len(notes) == 0 {
 				notes = []string{"-"}
@@ -186,14 +211,28 @@ func (a *app) printCheck(cmd *cobra.Command, rep *checkReport, p *printFlags) er
 				fmt.Fprintf(out, "problem: %s\n", pr.Message)
 			}
 		}
+		for _, ke := range rep.KeyErrors {
+			fmt.Fprintf(out, "key error: informer %q: %s\n", ke.Informer, ke.Message)
+		}
 		if rep.OK {
 			fmt.Fprintf(out, "ok: %d informer(s), %d object(s), no problems\n", len(rep.Informers), objects)
 		}
 	} else if err := writeValue(out, p.output, rep); err != nil {
 		return err
 	}
-	if !rep.OK {
-		return &exitError{code: exitCorrupt, msg: fmt.Sprintf("check found %d problem(s) in %s", len(rep.Problems), rep.File)}
+	switch {
+	case len(rep.Problems) > 0:
+		msg := fmt.Sprintf("check found %d problem(s) in %s", len(rep.Problems), rep.File)
+		if keyErrors > 0 {
+			msg += fmt.Sprintf(", and %d object(s) that do not decrypt with --key-file", keyErrors)
+		}
+		return &exitError{code: exitCorrupt, msg: msg}
+	case keyErrors > 0:
+		// A wrong key is the caller's error, not damage: status 1, as
+		// for every other command (README.md, exit status).
+		return &exitError{code: exitFailure, msg: fmt.Sprintf(
+			"check: %d object(s) in %s do not decrypt with --key-file (a wrong or missing key); no problems found in the file",
+			keyErrors, rep.File)}
 	}
 	return nil
 }

@@ -62,7 +62,6 @@ func TestCheckProblems(t *testing.T) {
 		path string
 		args []string
 	}{
-		{"check-wrong-key", fixture(t), []string{"--key-file", keyFile(t, wrongKey)}},
 		{"check-garbage-record", withGarbageRecord(t), nil},
 		{"check-garbage-payload", withGarbagePayload(t), nil},
 		{"check-swapped-payload", swapped, nil},
@@ -108,5 +107,54 @@ func TestCheckNotACacheFile(t *testing.T) {
 	_, stderr := mustRun(t, exitFailure, "check", path)
 	if !strings.HasPrefix(stderr, "inspect: "+path+" is not a boltinformer cache file: ") {
 		t.Errorf("stderr %q", stderr)
+	}
+}
+
+// A key that does not decrypt is the caller's error, not damage: check
+// exits 1, as README.md's exit status table says and as get, list and
+// export do for the same key, and still reports what it found. With damage
+// as well, damage wins (2).
+func TestRegressionCheckWrongKeyExitsOne(t *testing.T) {
+	for _, tc := range []struct {
+		name, keys string
+	}{
+		{"check-wrong-key", keyFile(t, wrongKey)},
+		{"check-missing-key-id", otherKeyFile(t)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := fixture(t)
+			stdout, stderr := mustRun(t, exitFailure, "check", path, "--key-file", tc.keys)
+			golden(t, tc.name, stdout)
+			want := "inspect: check: 2 object(s) in " + path + " do not decrypt with --key-file (a wrong or missing key); no problems found in the file\n"
+			if stderr != want {
+				t.Errorf("stderr %q, want %q", stderr, want)
+			}
+			// The other commands agree.
+			for _, args := range [][]string{
+				{"get", path, "secrets", "prod/db"},
+				{"list", path, "secrets"},
+				{"export", path, "secrets"},
+			} {
+				mustRun(t, exitFailure, append(args, "--key-file", tc.keys)...)
+			}
+			js, _ := mustRun(t, exitFailure, "check", path, "--key-file", tc.keys, "-o", "json")
+			var rep struct {
+				OK        bool  `json:"ok"`
+				Problems  []any `json:"problems"`
+				KeyErrors []any `json:"keyErrors"`
+				Informers []struct {
+					KeyErrors int `json:"keyErrors"`
+				} `json:"informers"`
+			}
+			if err := json.Unmarshal([]byte(js), &rep); err != nil || rep.OK || len(rep.Problems) != 0 || len(rep.KeyErrors) != 2 || len(rep.Informers) != 4 || rep.Informers[3].KeyErrors != 2 {
+				t.Errorf("%v: %+v", err, rep)
+			}
+		})
+	}
+	// Damage and a wrong key: damage decides the status.
+	path := withGarbageRecord(t)
+	_, stderr := mustRun(t, exitCorrupt, "check", path, "--key-file", keyFile(t, wrongKey))
+	if want := "inspect: check found 2 problem(s) in " + path + ", and 2 object(s) that do not decrypt with --key-file\n"; stderr != want {
+		t.Errorf("stderr %q, want %q", stderr, want)
 	}
 }

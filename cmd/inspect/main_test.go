@@ -208,3 +208,52 @@ func TestDamagedFiles(t *testing.T) {
 		}
 	}
 }
+
+// The output flags work before the verb as after it (they are the root's
+// persistent flags), with the same output; a command that prints no
+// formats refuses -o rather than ignore it.
+func TestRegressionOutputFlagsBeforeVerb(t *testing.T) {
+	path := fixture(t)
+	keys := keyFile(t, testKey)
+	for _, tc := range []struct {
+		verb  []string
+		flags []string
+	}{
+		{[]string{"ls", path}, []string{"--no-headers"}},
+		{[]string{"ls", path}, []string{"-o", "wide", "--no-headers"}},
+		{[]string{"ls", path}, []string{"-o", "json"}},
+		{[]string{"ls", path}, []string{"--output=name"}},
+		{[]string{"get", path, "pods", "ns-1/pod-000004"}, []string{"--no-headers"}},
+		{[]string{"get", path, "pods", "ns-1/pod-000004"}, []string{"-o", "yaml"}},
+		{[]string{"list", path, "pods"}, []string{"--no-headers", "-o", "wide"}},
+		{[]string{"list", path, "pods"}, []string{"-oname"}},
+		{[]string{"index", path, "pods"}, []string{"--no-headers"}},
+		{[]string{"index", path, "pods", "node"}, []string{"-o", "json"}},
+		{[]string{"check", path}, []string{"--no-headers", "--key-file", keys}},
+		{[]string{"check", path}, []string{"-o", "yaml"}},
+		{[]string{"export", path, "widgets"}, []string{"-o", "jsonl"}},
+		{[]string{"stats", path}, []string{"--no-headers", "-o", "wide"}},
+	} {
+		after, _ := mustRun(t, 0, append(append([]string{}, tc.verb...), tc.flags...)...)
+		before, _ := mustRun(t, 0, append(append([]string{}, tc.flags...), tc.verb...)...)
+		if before != after {
+			t.Errorf("%v %v: output differs with the flags before the verb:\n%s\nafter:\n%s", tc.flags, tc.verb, before, after)
+		}
+		if len(tc.flags) > 0 && tc.flags[0] == "--no-headers" && strings.Contains(after, "NAME ") {
+			t.Errorf("%v %v: a header with --no-headers:\n%s", tc.flags, tc.verb, after)
+		}
+	}
+	for _, args := range [][]string{
+		{"-o", "jsonl", "ls", path},
+		{"ls", path, "-o", "jsonl"},
+	} {
+		_, stderr := mustRun(t, exitFailure, args...)
+		if stderr != "inspect: unknown output format \"jsonl\" (want one of wide, name, json, yaml)\n" {
+			t.Errorf("%v: stderr %q", args, stderr)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "out.db")
+	if _, stderr := mustRun(t, exitFailure, "-o", "json", "compact", path, out); stderr != "inspect: compact prints no -o formats (got -o json)\n" {
+		t.Errorf("compact -o json: stderr %q", stderr)
+	}
+}

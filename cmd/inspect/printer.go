@@ -25,39 +25,84 @@ const (
 	formatJSONL = "jsonl"
 )
 
-// printFlags are -o and --no-headers.
+// The output flags, persistent on the root command so that they work
+// before the verb as well as after it (kubectl's habit): -o and
+// --no-headers. Each command says which formats it prints (addPrintFlags).
+const (
+	flagOutput    = "output"
+	flagNoHeaders = "no-headers"
+	// formatsAnnotation on a command lists the -o formats it prints.
+	formatsAnnotation = "inspect/formats"
+)
+
+// addOutputFlags registers the output flags on root.
+func addOutputFlags(root *cobra.Command) {
+	root.PersistentFlags().StringP(flagOutput, "o", "",
+		"output format: wide, name, json, yaml or jsonl, as the command offers (its help lists them); default a table (json for export)")
+	root.PersistentFlags().Bool(flagNoHeaders, false, "do not print table headers (no effect on other formats)")
+}
+
+// checkOutputFlags refuses -o for a command that prints no formats, rather
+// than ignore it.
+func checkOutputFlags(cmd *cobra.Command) error {
+	f := cmd.Flags().Lookup(flagOutput)
+	if f == nil || f.Value.String() == "" || cmd.Annotations[formatsAnnotation] != "" || cmd.Name() == "help" {
+		return nil
+	}
+	return fmt.Errorf("%s prints no -o formats (got -o %s)", cmd.Name(), f.Value.String())
+}
+
+// printFlags are the values of -o and --no-headers for one command, set
+// by validate.
 type printFlags struct {
+	cmd       *cobra.Command
 	output    string
 	noHeaders bool
 	allowed   []string
 }
 
-// addPrintFlags registers -o (with the formats allowed, the first being
-// the default) and, when a table is allowed, --no-headers.
+// addPrintFlags declares the formats cmd prints for -o, the first being
+// the default, and lists them in its help.
 func addPrintFlags(cmd *cobra.Command, allowed ...string) *printFlags {
-	p := &printFlags{allowed: allowed}
-	var names []string
-	for _, f := range allowed {
-		if f != formatTable {
-			names = append(names, f)
-		}
+	p := &printFlags{cmd: cmd, allowed: allowed}
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
 	}
-	cmd.Flags().StringVarP(&p.output, "output", "o", allowed[0], "output format: "+strings.Join(names, "|"))
+	cmd.Annotations[formatsAnnotation] = strings.Join(p.names(), ",")
+	def := "a table"
+	if allowed[0] != formatTable {
+		def = allowed[0]
+	}
+	cmd.Long += fmt.Sprintf("\n\nOutput (-o): %s; default %s.", strings.Join(p.names(), ", "), def)
 	if slices.Contains(allowed, formatTable) {
-		cmd.Flags().BoolVar(&p.noHeaders, "no-headers", false, "do not print table headers")
+		cmd.Long += " --no-headers leaves out the header line of tables."
 	}
 	return p
 }
 
-func (p *printFlags) validate() error {
-	if !slices.Contains(p.allowed, p.output) {
-		var names []string
-		for _, f := range p.allowed {
-			if f != formatTable {
-				names = append(names, f)
-			}
+// names are the allowed formats as -o spells them.
+func (p *printFlags) names() []string {
+	var names []string
+	for _, f := range p.allowed {
+		if f != formatTable {
+			names = append(names, f)
 		}
-		return fmt.Errorf("unknown output format %q (want one of %s)", p.output, strings.Join(names, ", "))
+	}
+	return names
+}
+
+// validate reads -o and --no-headers, wherever on the command line they
+// were given, and checks the format.
+func (p *printFlags) validate() error {
+	p.output, p.noHeaders = p.allowed[0], false
+	if f := p.cmd.Flags().Lookup(flagOutput); f != nil && f.Value.String() != "" {
+		p.output = f.Value.String()
+	}
+	if f := p.cmd.Flags().Lookup(flagNoHeaders); f != nil {
+		p.noHeaders = f.Value.String() == "true"
+	}
+	if !slices.Contains(p.allowed, p.output) {
+		return fmt.Errorf("unknown output format %q (want one of %s)", p.output, strings.Join(p.names(), ", "))
 	}
 	return nil
 }

@@ -49,6 +49,8 @@ after --timeout if a running agent holds the file.`,
 		"how long to wait for the file lock held by a running agent (0: do not wait)")
 	root.PersistentFlags().StringVar(&a.keyFile, "key-file", "",
 		`file of decryption keys for encrypted payloads, one "keyid:base64key" per line`)
+	addOutputFlags(root)
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return checkOutputFlags(cmd) }
 	root.AddCommand(
 		a.newLsCommand(),
 		a.newGetCommand(),
