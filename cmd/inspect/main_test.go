@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,8 +61,9 @@ func holdLock(path string) int {
 	return 0
 }
 
-// lockFile holds path's write lock in another process until the test ends.
-func lockFile(t *testing.T, path string) {
+// lockFile holds path's write lock in another process until the test
+// ends, or until the returned release is called.
+func lockFile(t *testing.T, path string) (release func()) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), holdLockEnv+"="+path)
@@ -78,16 +80,21 @@ func lockFile(t *testing.T, path string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = stdin.Close()
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("lock holder: %v: %s", err, stderr.String())
-		}
-	})
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			_ = stdin.Close()
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("lock holder: %v: %s", err, stderr.String())
+			}
+		})
+	}
+	t.Cleanup(release)
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil || line != "locked\n" {
 		t.Fatalf("lock holder said %q (%v): %s", line, err, stderr.String())
 	}
+	return release
 }
 
 func TestLocked(t *testing.T) {
