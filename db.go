@@ -75,10 +75,17 @@ type DB struct {
 
 	failOnCorrupt bool
 
-	// mu guards informers and closed.
+	// mu guards informers, reserved and closed. Lock order: mu is a
+	// leaf (no other lock is taken while it is held).
 	mu        sync.Mutex
 	informers map[string]*Informer
-	closed    bool
+	// reserved are the names of the informers NewInformer is building:
+	// a name is reserved before anything is read or joined, so a
+	// refused call touches nothing. building counts them: Close waits
+	// for them before it stops the commit loop.
+	reserved map[string]struct{}
+	building sync.WaitGroup
+	closed   bool
 }
 
 // Open opens (or creates) the cache file at path and starts its commit
@@ -125,6 +132,7 @@ func Open(path string, opts *Options) (*DB, error) {
 		logger:        logger,
 		clock:         o.Clock,
 		informers:     map[string]*Informer{},
+		reserved:      map[string]struct{}{},
 		done:          make(chan struct{}),
 	}
 	db.metrics = newMetrics(db)
@@ -206,6 +214,9 @@ func (db *DB) Close() error {
 	}
 	db.closed = true
 	db.mu.Unlock()
+	// An informer being built joins the commit loop and the informers
+	// Close closes, or gives its name back, before the loop stops.
+	db.building.Wait()
 	db.stop()
 	<-db.done // Run's exit includes a final flush
 	if db.reg != nil {
@@ -242,7 +253,11 @@ func (db *DB) snapshotInformers() []*Informer {
 	return out
 }
 
-func (db *DB) register(name string, inf *Informer) error {
+// reserve claims name for an informer NewInformer is about to build: it
+// is refused (ErrClosed, ErrInformerExists) before anything is read from
+// the file or joins the commit loop. Each reserve that succeeds is ended
+// by exactly one register or release.
+func (db *DB) reserve(name string) error {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	if db.closed {
@@ -251,6 +266,28 @@ func (db *DB) register(name string, inf *Informer) error {
 	if _, ok := db.informers[name]; ok {
 		return fmt.Errorf("%w: %q", ErrInformerExists, name)
 	}
-	db.informers[name] = inf
+	if _, ok := db.reserved[name]; ok {
+		return fmt.Errorf("%w: %q (being built)", ErrInformerExists, name)
+	}
+	db.reserved[name] = struct{}{}
+	db.building.Add(1)
 	return nil
+}
+
+// release gives back a reserved name whose informer was not built.
+func (db *DB) release(name string) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	delete(db.reserved, name)
+	db.building.Done()
+}
+
+// register turns name's reservation into the informer inf. A Close that
+// began meanwhile waits for it, and closes inf's indexer with the others.
+func (db *DB) register(name string, inf *Informer) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	delete(db.reserved, name)
+	db.informers[name] = inf
+	db.building.Done()
 }

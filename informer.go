@@ -130,7 +130,18 @@ var _ cache.SharedIndexInformer = (*Informer)(nil)
 // resync (0: never), indexers are its indexes. It loads the saved objects
 // at once when the file can be resumed (recovery.Decide), else it starts
 // cold and replaces the old objects when the first list commits.
-func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.Object, resync time.Duration, indexers cache.Indexers, opts *InformerOptions) (*Informer, error) {
+func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.Object, resync time.Duration, indexers cache.Indexers, opts *InformerOptions) (_ *Informer, err error) {
+	// The name first: a refused call must touch nothing (no read of the
+	// file, no indexer joining the shared commit loop, no copy kept).
+	if err := db.reserve(name); err != nil {
+		return nil, err
+	}
+	registered := false
+	defer func() {
+		if !registered {
+			db.release(name)
+		}
+	}()
 	o := InformerOptions{}
 	if opts != nil {
 		o = *opts
@@ -145,7 +156,7 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 	}
 	identity := store.State{ClusterID: o.ClusterID, Resource: o.Resource, ListOptions: o.ListOptions, Transform: o.TransformID}
 	var saved *store.State
-	err := db.store.View(func(tx *store.Tx) error {
+	err = db.store.View(func(tx *store.Tx) error {
 		var err error
 		saved, err = tx.State(name)
 		return err
@@ -221,10 +232,8 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		listeners:                       map[*processor.Listener]struct{}{},
 	}
 	sink.attach(inf)
-	if err := db.register(name, inf); err != nil {
-		_ = idx.Close()
-		return nil, err
-	}
+	db.register(name, inf)
+	registered = true
 	if decision.Warm {
 		logger.Info("Warm start from cache file", "reason", decision.Reason, "resourceVersion", saved.ResourceVersion, "objects", idx.Len(), "detail", decision.Detail)
 	} else {
