@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
@@ -71,6 +72,7 @@ type Factory struct {
 	keyrings []*keyringEntry
 	cluster  string
 	dynamic  dynamic.Interface
+	meta     metadata.Interface
 
 	// mu guards informers, started and matched.
 	mu        sync.Mutex
@@ -97,7 +99,11 @@ func NewFactory(db *DB, config *rest.Config, opts *FactoryOptions) (*Factory, er
 	if err != nil {
 		return nil, fmt.Errorf("boltinformer: factory: %w", err)
 	}
-	f := &Factory{db: db, config: rest.CopyConfig(config), opts: o, keyrings: keyrings, dynamic: dc,
+	mc, err := metadata.NewForConfig(config)
+	if err != nil {
+		return nil, fmt.Errorf("boltinformer: factory: %w", err)
+	}
+	f := &Factory{db: db, config: rest.CopyConfig(config), opts: o, keyrings: keyrings, dynamic: dc, meta: mc,
 		informers: map[string]*Informer{}, started: map[string]bool{}, matched: map[*keyringEntry]bool{}}
 	f.cluster = o.ClusterID
 	if f.cluster == "" {
@@ -151,6 +157,17 @@ func (f *Factory) fingerprint() string {
 	return ListOptionsFingerprint(f.opts.Namespace, o)
 }
 
+// metadataLister lists gvr's metadata with the factory's namespace and
+// list options: what a warm start diffs against its cache to know when it
+// is fresh.
+func (f *Factory) metadataLister(gvr schema.GroupVersionResource) MetadataLister {
+	ri := f.meta.Resource(gvr).Namespace(f.opts.Namespace)
+	return MetadataListerFunc(func(ctx context.Context, o metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
+		f.tweak(&o)
+		return ri.List(ctx, o)
+	})
+}
+
 // informerOptionsLocked returns the options of gvr's informer: the factory's
 // defaults, its identity, and the keyring of the Keyrings entry that
 // names gvr's resource, if any (parseKeyrings left at most one keyring per
@@ -160,6 +177,7 @@ func (f *Factory) informerOptionsLocked(gvr schema.GroupVersionResource) *Inform
 	io.ClusterID = f.cluster
 	io.Resource = gvr.String()
 	io.ListOptions = f.fingerprint()
+	io.Metadata = f.metadataLister(gvr)
 	for _, e := range f.keyrings {
 		if e.matches(gvr.GroupResource()) {
 			io.Keyring = e.keyring

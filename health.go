@@ -33,6 +33,27 @@ type Health struct {
 	LastWatchEvent time.Time `json:"lastWatchEvent,omitzero"`
 	// Resumed is true once the server accepted the resume or a list.
 	Resumed bool `json:"resumed"`
+	// Loaded, Fresh and Live are the moments of a start: the cache serves
+	// (from the file, or the first list); it equals the server's state at
+	// FreshResourceVersion; the server has accepted a watch (see
+	// Informer.FreshChecker).
+	Loaded bool `json:"loaded"`
+	Fresh  bool `json:"fresh"`
+	Live   bool `json:"live"`
+	// FreshResourceVersion is the server's resourceVersion the cache was
+	// found equal to ("" until fresh, or when freshness came from the
+	// first watch event: see FreshFallback).
+	FreshResourceVersion string `json:"freshResourceVersion,omitempty"`
+	// CatchupPending counts the objects a warm start's resumed watch must
+	// still bring (changed, created or deleted while the informer was
+	// down) before the cache is fresh.
+	CatchupPending int `json:"catchupPending,omitempty"`
+	// Stale is true when SyncAfterFresh's FreshTimeout made the informer
+	// synced without being fresh (the server unreachable).
+	Stale bool `json:"stale,omitempty"`
+	// FreshFallback says why freshness is the first watch event rather
+	// than a metadata list's diff, if it is.
+	FreshFallback string `json:"freshFallback,omitempty"`
 	// CommitError is the last commit's error ("" if it succeeded).
 	CommitError string `json:"commitError,omitempty"`
 	// WatchError is the last list/watch error seen ("" if none).
@@ -56,6 +77,17 @@ func (s *Informer) Health() Health {
 	}
 	if err := s.indexer.CommitError(); err != nil {
 		h.CommitError = err.Error()
+	}
+	h.Loaded, h.Fresh, h.Live = s.loaded.reached(), s.fresh.reached(), s.live.reached()
+	if rv := s.freshSt.rv.Load(); rv != nil && h.Fresh {
+		h.FreshResourceVersion = *rv
+	}
+	if !h.Fresh {
+		h.CatchupPending = int(s.freshSt.pending.Load())
+	}
+	h.Stale = s.freshSt.stale.Load() && !h.Fresh
+	if why := s.freshSt.fallback.Load(); why != nil {
+		h.FreshFallback = *why
 	}
 	return h
 }

@@ -29,12 +29,23 @@ type SyncPolicy int
 
 const (
 	// SyncAfterDiskLoad reports synced as soon as the cache is loaded from
-	// disk (the default: an edge agent must work offline).
+	// disk (the moment Loaded; the default: an edge agent must work
+	// offline, and its handlers start at once).
 	SyncAfterDiskLoad SyncPolicy = iota
-	// SyncAfterResume reports synced only once the server has accepted the
-	// resume (a watch event from the saved resourceVersion) or answered a
-	// list.
-	SyncAfterResume
+	// SyncAfterFresh reports synced once the cache equals the server's
+	// state at a known resourceVersion (the moment Fresh: see
+	// FreshChecker), or, with InformerOptions.FreshTimeout, once that
+	// long has passed without it (the server is unreachable: the cache
+	// serves what it loaded, and Health.Stale says so). What a
+	// controller wants: after WaitForCacheSync it reads no object deleted
+	// while it was down. A cold start is fresh with its first list.
+	SyncAfterFresh
+	// SyncAfterResume is SyncAfterFresh.
+	//
+	// Deprecated: it waited for the first watch event, which on a quiet
+	// resource is the apiserver's bookmark about a minute later; it now
+	// means SyncAfterFresh.
+	SyncAfterResume = SyncAfterFresh
 )
 
 // Memory modes of an informer's indexer.
@@ -64,6 +75,17 @@ type InformerOptions struct {
 	TransformID string
 	// SyncPolicy; default SyncAfterDiskLoad.
 	SyncPolicy SyncPolicy
+	// Metadata lists, metadata only, what lw lists (same resource,
+	// namespace and selectors): one such list after a warm start tells
+	// which objects changed while the informer was down, so that it knows
+	// when the resumed watch has brought them (the moment Fresh). A
+	// Factory sets it (k8s.io/client-go/metadata). Nil: a warm start is
+	// fresh at the first watch event the server sends.
+	Metadata MetadataLister
+	// FreshTimeout bounds SyncAfterFresh's wait: after this long without
+	// being fresh (the server unreachable), HasSynced reports true and the
+	// cache serves what it loaded (Health.Stale). 0 waits for Fresh.
+	FreshTimeout time.Duration
 	// Memory is FullMemory (default) or BoundedMemory, with CacheSize
 	// decoded objects in the bounded LRU.
 	Memory    indexer.Mode
@@ -87,6 +109,13 @@ type Informer struct {
 	policy     SyncPolicy
 	logger     klog.Logger
 	synced     chan struct{}
+	// The moments of a start (fresh.go): the file loaded (or first list),
+	// the cache equal to the server's state, the watch accepted.
+	loaded, fresh, live *moment
+	metadata            MetadataLister
+	freshTimeout        time.Duration
+	freshSt             freshState
+	runStarted          atomic.Int64 // UnixNano when Run started
 	// initialDone is closed once a warm start has queued the disk objects
 	// to the handlers registered before Run (at once for a cold start);
 	// handlersSynced once synced and initialDone are both closed: the
@@ -223,6 +252,11 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		processor:                       processor.New(&processor.Options{Clock: db.clock, Logger: logger}),
 		decision:                        decision,
 		policy:                          o.SyncPolicy,
+		metadata:                        o.Metadata,
+		freshTimeout:                    o.FreshTimeout,
+		loaded:                          newMoment("loaded"),
+		fresh:                           newMoment("fresh"),
+		live:                            newMoment("live"),
 		logger:                          logger,
 		synced:                          make(chan struct{}),
 		initialDone:                     make(chan struct{}),
@@ -276,6 +310,9 @@ func (s *Informer) Run(stopCh <-chan struct{}) {
 func (s *Informer) RunWithContext(ctx context.Context) {
 	defer utilruntime.HandleCrashWithContext(ctx)
 	initial, err := s.start(ctx)
+	if err == nil {
+		s.runStarted.Store(s.db.clock.Now().UnixNano())
+	}
 	if err != nil {
 		s.logger.Info("Warning: " + err.Error())
 		return
@@ -295,6 +332,10 @@ func (s *Informer) RunWithContext(ctx context.Context) {
 	wg.StartWithContext(processorCtx, s.processor.Run)
 	wg.Start(func() { s.distributeInitial(initial) })
 	wg.Start(func() { s.watchSynced(ctx) })
+	wg.Start(func() { s.waitLive(ctx) })
+	if s.decision.Warm {
+		wg.Start(func() { s.runFresh(ctx) })
+	}
 	s.controller.RunWithContext(ctx)
 }
 
@@ -439,11 +480,19 @@ func (s *Informer) watchSynced(ctx context.Context) {
 		return
 	case <-s.controller.HasSyncedChecker().Done():
 	}
-	if s.policy == SyncAfterResume {
+	s.loaded.reach(s.db.clock.Now())
+	if s.policy == SyncAfterFresh {
+		var timeout <-chan time.Time
+		if s.freshTimeout > 0 {
+			timeout = s.db.clock.After(s.freshTimeout)
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.resume.Resumed():
+		case <-s.fresh.ch:
+		case <-timeout:
+			s.freshSt.stale.Store(true)
+			s.logger.Info("Warning: not fresh within FreshTimeout (server unreachable?): synced, serving the cache as loaded", "freshTimeout", s.freshTimeout)
 		}
 	}
 	close(s.synced)
@@ -711,17 +760,20 @@ func (s *Informer) processDeltasLocked(deltas cache.Deltas, isInInitialList bool
 				}
 				s.processor.Distribute(processor.AddNotification{Obj: obj, InInitialList: isInInitialList}, false)
 			}
+			s.observeDeltaLocked(d)
 		case cache.Deleted:
 			if err := s.indexer.Delete(obj); err != nil {
 				return err
 			}
 			s.processor.Distribute(processor.DeleteNotification{Old: obj}, false)
+			s.observeDeltaLocked(d)
 		case cache.Bookmark:
 			info, ok := obj.(cache.BookmarkInfo)
 			if !ok {
 				return fmt.Errorf("boltinformer: bookmark delta did not contain BookmarkInfo: %T", obj)
 			}
 			s.indexer.Bookmark(info.ResourceVersion)
+			s.observeProgressLocked(info.ResourceVersion)
 		}
 	}
 	return nil
@@ -736,6 +788,9 @@ func (s *Informer) replaceAllLocked(info cache.ReplacedAllInfo, isInInitialList 
 		s.listed.Store(true)
 		return nil
 	}
+	// A list from the server: the cache is its state, whatever happens
+	// to the notifications below.
+	defer s.markFreshLocked(info.ResourceVersion)
 	s.counters.events.Add(int64(len(info.Objects)))
 	if s.listed.Swap(true) {
 		expired := s.resume.Stats().Expired
@@ -830,13 +885,40 @@ func (s *Informer) handleBatchDeltas(deltas []cache.Delta, isInInitialList bool)
 	if terr := s.indexer.Transaction(txns...); terr != nil {
 		for _, i := range terr.SuccessfulIndices {
 			s.processor.Distribute(notes[i], syncs[i])
+			s.observeDeltaLocked(deltas[i])
 		}
 		return fmt.Errorf("boltinformer: not all items in the batch successfully processed: %s", terr.Error())
 	}
 	for i, n := range notes {
 		s.processor.Distribute(n, syncs[i])
 	}
+	if s.freshSt.catchup != nil {
+		for _, d := range deltas {
+			s.observeDeltaLocked(d)
+		}
+	}
 	return nil
+}
+
+// observeDeltaLocked notes an applied watch delta for the catch-up of a
+// warm start (fresh.go). Caller holds blockDeltas.
+func (s *Informer) observeDeltaLocked(d cache.Delta) {
+	if s.freshSt.catchup == nil {
+		return
+	}
+	obj := d.Object
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(d.Object)
+	if err != nil {
+		return
+	}
+	rv := ""
+	if m, err := meta.Accessor(obj); err == nil {
+		rv = m.GetResourceVersion()
+	}
+	s.observeLocked(key, rv, d.Type == cache.Deleted)
 }
 
 func sameRV(old, new any) bool {

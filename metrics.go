@@ -2,6 +2,7 @@ package boltinformer
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -22,7 +23,7 @@ type metrics struct {
 	commitTime   prometheus.Histogram
 	commitErrors prometheus.Counter
 
-	objects, rvAge, size, depth, synced, events, relists, watches, watchErrors, start, undecodable *prometheus.Desc
+	objects, rvAge, size, depth, synced, events, relists, watches, watchErrors, start, undecodable, moment, catchup *prometheus.Desc
 }
 
 func newMetrics(db *DB) *metrics {
@@ -51,6 +52,8 @@ func newMetrics(db *DB) *metrics {
 	m.watchErrors = d("watch_errors_total", "Failed list or watch requests and watch error events.", "informer")
 	m.undecodable = d("undecodable_objects_total", "Objects of the cache file found not to decode after the load (each makes the informer relist).", "informer")
 	m.start = d("start_info", "How the informer started: mode warm or cold, with the reason.", "informer", "mode", "reason")
+	m.moment = d("start_moment_seconds", "Seconds from Run to each moment of the start that was reached: loaded (the cache serves), fresh (it equals the server's state), live (the server accepted a watch).", "informer", "moment")
+	m.catchup = d("catchup_pending_objects", "Objects a warm start's resumed watch must still bring before the cache is fresh.", "informer")
 	return m
 }
 
@@ -72,7 +75,7 @@ func (m *metrics) onCommit(info store.CommitInfo) {
 
 // Describe implements prometheus.Collector for the scrape-time metrics.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.objects, m.rvAge, m.size, m.depth, m.synced, m.events, m.relists, m.watches, m.watchErrors, m.start, m.undecodable} {
+	for _, d := range []*prometheus.Desc{m.objects, m.rvAge, m.size, m.depth, m.synced, m.events, m.relists, m.watches, m.watchErrors, m.start, m.undecodable, m.moment, m.catchup} {
 		ch <- d
 	}
 }
@@ -109,6 +112,14 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			mode = "warm"
 		}
 		gauge(m.start, 1, inf.name, mode, inf.decision.Reason)
+		if run := inf.runStarted.Load(); run != 0 {
+			for _, mo := range []*moment{inf.loaded, inf.fresh, inf.live} {
+				if at := mo.at.Load(); at != 0 {
+					gauge(m.moment, time.Duration(at-run).Seconds(), inf.name, mo.name)
+				}
+			}
+		}
+		gauge(m.catchup, float64(inf.freshSt.pending.Load()), inf.name)
 	}
 }
 
@@ -126,4 +137,7 @@ type informerCounters struct {
 	relistsExpired atomic.Int64
 	relistsOther   atomic.Int64
 	undecodable    atomic.Int64
+	// otherTimeline counts metadata lists older than the cache (a
+	// restored or replaced cluster), each answered by a relist.
+	otherTimeline atomic.Int64
 }

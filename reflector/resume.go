@@ -50,6 +50,10 @@ type Stats struct {
 	Resumed bool
 	// RelistsRequested counts relists forced by RequestRelist.
 	RelistsRequested int64
+	// TooLarge counts "Too large resource version" answers: the server is
+	// behind the resourceVersion asked for (a restored or replaced
+	// cluster, or a server that has not caught up yet).
+	TooLarge int64
 }
 
 // ListerWatcher wraps a cache.ListerWatcher to resume from disk. Use New.
@@ -62,6 +66,13 @@ type ListerWatcher struct {
 	resumed     atomic.Bool
 	resumedCh   chan struct{}
 	resumedOnce sync.Once
+	// watchingCh is closed once a watch has started (the server accepted
+	// a WATCH request).
+	watchingCh   chan struct{}
+	watchingOnce sync.Once
+	// latest makes the next server List a consistent read of the most
+	// recent state (resourceVersion ""), whatever the Reflector asks for.
+	latest atomic.Bool
 
 	// relist is set by RequestRelist until a watch is ended (or refused)
 	// for it; relistSignal wakes the running watch.
@@ -88,7 +99,7 @@ func New(inner cache.ListerWatcher, opts *Options) *ListerWatcher {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
-	lw := &ListerWatcher{inner: inner, opts: o, clock: o.Clock, resumedCh: make(chan struct{}), relistSignal: make(chan struct{}, 1)}
+	lw := &ListerWatcher{inner: inner, opts: o, clock: o.Clock, resumedCh: make(chan struct{}), watchingCh: make(chan struct{}), relistSignal: make(chan struct{}, 1)}
 	lw.diskPending.Store(o.ResourceVersion != "" && o.Snapshot != nil)
 	return lw
 }
@@ -120,6 +131,19 @@ func (lw *ListerWatcher) markResumed() {
 	})
 }
 
+// Watching returns a channel closed once the server has accepted a watch.
+func (lw *ListerWatcher) Watching() <-chan struct{} { return lw.watchingCh }
+
+// RelistLatest makes the Reflector list again, and that list a consistent
+// read of the server's most recent state (resourceVersion "") rather than
+// "not older than" the cache's resourceVersion: for a server whose history
+// is not the cache's (restored from a backup, or replaced), which would
+// otherwise answer "Too large resource version" until it catches up.
+func (lw *ListerWatcher) RelistLatest() {
+	lw.latest.Store(true)
+	lw.RequestRelist()
+}
+
 // RequestRelist makes the Reflector list again from the server: the running
 // watch ends with a 410 Expired error event (or the next watch is refused
 // with one), which client-go's Reflector answers with a LIST. The informer
@@ -135,7 +159,7 @@ func (lw *ListerWatcher) RequestRelist() {
 
 // relistError is the 410 a requested relist ends a watch with.
 func relistError() *apierrors.StatusError {
-	return apierrors.NewResourceExpired("boltinformer: relist requested: objects in the cache file do not decode")
+	return apierrors.NewResourceExpired("boltinformer: relist requested (objects of the cache file do not decode, or the server's history is not the cache's)")
 }
 
 // takeRelist consumes a pending relist request.
@@ -162,7 +186,15 @@ func (lw *ListerWatcher) recordError(err error) {
 		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 			s.Expired++
 		}
+		if isTooLarge(err) {
+			s.TooLarge++
+		}
 	})
+}
+
+// isTooLarge reports a "Too large resource version" answer.
+func isTooLarge(err error) bool {
+	return apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge)
 }
 
 func (lw *ListerWatcher) record(f func(*Stats)) {
@@ -193,6 +225,9 @@ func (lw *ListerWatcher) ListWithContext(ctx context.Context, options metav1.Lis
 		return list, nil
 	}
 	lw.record(func(s *Stats) { s.Lists++ })
+	if options.Continue == "" && lw.latest.Swap(false) {
+		options.ResourceVersion, options.ResourceVersionMatch = "", ""
+	}
 	obj, err := cache.ToListerWatcherWithContext(lw.inner).ListWithContext(ctx, options)
 	if err != nil {
 		lw.recordError(err)
@@ -219,6 +254,7 @@ func (lw *ListerWatcher) WatchWithContext(ctx context.Context, options metav1.Li
 		lw.recordError(err)
 		return nil, err
 	}
+	lw.watchingOnce.Do(func() { close(lw.watchingCh) })
 	return newObserved(ctx, w, lw), nil
 }
 

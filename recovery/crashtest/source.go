@@ -34,6 +34,8 @@ type Event struct {
 // Calls counts the requests a Source has served.
 type Calls struct {
 	Lists, ListPages, Watches, Errors int
+	// MetadataLists counts ListMetadata calls that were served.
+	MetadataLists int
 	// WatchRVs are the resourceVersions watches started from, in order.
 	WatchRVs []string
 	// Log is every request in order: "LIST rv=...", "WATCH rv=...".
@@ -398,6 +400,44 @@ func (s *Source) ListWithContext(_ context.Context, options metav1.ListOptions) 
 		return nil, err
 	}
 	return list, nil
+}
+
+// ListMetadata serves a metadata-only list of the current state (what
+// k8s.io/client-go/metadata lists from a kube-apiserver): every object's
+// metadata, at the current resourceVersion. It makes a Source a
+// boltinformer MetadataLister. Options other than the resourceVersion
+// check are ignored (one page).
+func (s *Source) ListMetadata(_ context.Context, options metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls.Log = append(s.calls.Log, "LIST-METADATA rv="+options.ResourceVersion)
+	if s.down {
+		s.calls.Errors++
+		return nil, ErrOutage
+	}
+	if options.ResourceVersion != "" && options.ResourceVersion != "0" {
+		if rv, err := strconv.ParseInt(options.ResourceVersion, 10, 64); err != nil || rv > s.rv {
+			s.calls.Errors++
+			return nil, tooLarge(options.ResourceVersion, s.rv)
+		}
+	}
+	s.calls.MetadataLists++
+	keys := make([]string, 0, len(s.objects))
+	for k := range s.objects {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := &metav1.PartialObjectMetadataList{ListMeta: metav1.ListMeta{ResourceVersion: strconv.FormatInt(s.rv, 10)}}
+	out.Items = make([]metav1.PartialObjectMetadata, len(keys))
+	for i, k := range keys {
+		m, err := meta.Accessor(s.objects[k])
+		if err != nil {
+			return nil, err
+		}
+		out.Items[i].ObjectMeta = metav1.ObjectMeta{Namespace: m.GetNamespace(), Name: m.GetName(), UID: m.GetUID(),
+			ResourceVersion: m.GetResourceVersion(), Labels: m.GetLabels()}
+	}
+	return out, nil
 }
 
 func continueRV(token string) string {

@@ -1,0 +1,251 @@
+package boltinformer
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/boltinformer/boltinformer/reflector"
+)
+
+// The three moments of a start (docs/ARCHITECTURE.md, "Loaded, Fresh,
+// Live"):
+//   - Loaded: the cache serves what the file holds (a warm start), or the
+//     first list (a cold start).
+//   - Fresh: the cache equals the server's state at a known
+//     resourceVersion R (Health.FreshResourceVersion). A cold start is
+//     fresh with its first list. A warm start with a MetadataLister lists
+//     every object's metadata once, diffs it against the cache, and is
+//     fresh when the resumed watch has brought every changed, created and
+//     deleted key to the list's state (an empty diff is fresh at once); a
+//     relist makes it fresh too. Without a MetadataLister, or when
+//     resourceVersions are not comparable, a warm start is fresh at the
+//     first watch event the server sends (today's SyncAfterResume).
+//   - Live: the server has accepted a watch.
+
+// MetadataLister lists, metadata only, what an informer lists (same
+// resource, namespace and selectors); see InformerOptions.Metadata.
+type MetadataLister = reflector.MetadataLister
+
+// MetadataListerFunc adapts a function to MetadataLister.
+type MetadataListerFunc = reflector.MetadataListerFunc
+
+// moment is a DoneChecker closed once, stamped with when.
+type moment struct {
+	name string
+	ch   chan struct{}
+	once sync.Once
+	at   atomic.Int64 // UnixNano when reached
+}
+
+func newMoment(name string) *moment { return &moment{name: name, ch: make(chan struct{})} }
+
+func (m *moment) reach(now time.Time) {
+	m.once.Do(func() {
+		m.at.Store(now.UnixNano())
+		close(m.ch)
+	})
+}
+
+func (m *moment) reached() bool {
+	select {
+	case <-m.ch:
+		return true
+	default:
+		return false
+	}
+}
+
+type momentChecker struct {
+	informer string
+	m        *moment
+}
+
+func (c momentChecker) Name() string          { return "boltinformer " + c.informer + " " + c.m.name }
+func (c momentChecker) Done() <-chan struct{} { return c.m.ch }
+
+// LoadedChecker is done once the cache serves: the file is loaded (warm)
+// or the first list applied (cold).
+func (s *Informer) LoadedChecker() cache.DoneChecker { return momentChecker{s.name, s.loaded} }
+
+// FreshChecker is done once the cache equals the server's state at a
+// known resourceVersion (see Health.FreshResourceVersion).
+func (s *Informer) FreshChecker() cache.DoneChecker { return momentChecker{s.name, s.fresh} }
+
+// LiveChecker is done once the server has accepted a watch.
+func (s *Informer) LiveChecker() cache.DoneChecker { return momentChecker{s.name, s.live} }
+
+// freshState is what the informer knows of its catch-up with the server.
+// catchup is guarded by the informer's blockDeltas (it is read and changed
+// with the deltas the loop applies); the rest are atomics for Health.
+type freshState struct {
+	catchup *reflector.Catchup // nil: nothing to track
+	rv      atomic.Pointer[string]
+	// planned counts of the last plan: changed, created, gone.
+	changed, created, gone atomic.Int64
+	pending                atomic.Int64
+	stale                  atomic.Bool // synced by FreshTimeout, not fresh
+	listErrors             atomic.Int64
+	fallback               atomic.Pointer[string] // why freshness is the first watch event
+}
+
+// markFreshLocked records that the cache equals the server's state at rv
+// ("" when only "a server list" is known). Caller holds blockDeltas.
+func (s *Informer) markFreshLocked(rv string) {
+	if s.freshSt.catchup != nil {
+		s.freshSt.catchup.Complete()
+		s.freshSt.catchup = nil
+	}
+	s.freshSt.pending.Store(0)
+	if rv != "" && s.freshSt.rv.Load() == nil {
+		s.freshSt.rv.Store(&rv)
+	}
+	if !s.fresh.reached() {
+		s.fresh.reach(s.db.clock.Now())
+		s.logger.V(1).Info("Fresh: the cache equals the server's state", "resourceVersion", rv)
+	}
+}
+
+// observeLocked notes an applied change for the catch-up. Caller holds
+// blockDeltas.
+func (s *Informer) observeLocked(key, rv string, deleted bool) {
+	c := s.freshSt.catchup
+	if c == nil {
+		return
+	}
+	if c.Observe(key, rv, deleted) {
+		s.markFreshLocked(c.ResourceVersion)
+		return
+	}
+	s.freshSt.pending.Store(int64(c.Pending()))
+}
+
+// observeProgressLocked notes a bookmark for the catch-up. Caller holds
+// blockDeltas.
+func (s *Informer) observeProgressLocked(rv string) {
+	if c := s.freshSt.catchup; c != nil && c.ObserveProgress(rv) {
+		s.markFreshLocked(c.ResourceVersion)
+	}
+}
+
+// freshBackoff paces metadata lists while the server is unreachable.
+func freshBackoff() wait.Backoff {
+	return wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 1 << 30, Cap: 30 * time.Second}
+}
+
+// runFresh makes a warm start fresh: once the file is loaded, it lists the
+// server's metadata (retrying with backoff while the server is
+// unreachable), diffs it against the cache, and leaves the rest to the
+// watch (observeLocked). It owns no state past its return; RunWithContext
+// waits for it.
+func (s *Informer) runFresh(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-s.loaded.ch:
+	case <-s.fresh.ch:
+	}
+	if s.fresh.reached() {
+		return
+	}
+	if s.metadata == nil {
+		s.freshFallback(ctx, "no MetadataLister: fresh at the first watch event")
+		return
+	}
+	backoff := freshBackoff()
+	var list *metav1.PartialObjectMetadataList
+	for {
+		var err error
+		list, err = reflector.ListAllMetadata(ctx, s.metadata)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.freshSt.listErrors.Add(1)
+		s.logger.V(2).Info("Metadata list failed; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.fresh.ch:
+			return
+		case <-s.db.clock.After(backoff.Step()):
+		}
+	}
+	// The diff and the catch-up it plans are installed together, between
+	// two batches of the informer loop: no event slips in between.
+	s.blockDeltas.Lock()
+	if s.fresh.reached() {
+		s.blockDeltas.Unlock()
+		return // a relist came first
+	}
+	var plan *reflector.Catchup
+	var err error
+	s.indexer.Versions(func(applied string, objects iter.Seq2[string, string]) {
+		plan, err = reflector.Plan(list, metaKey, applied, objects)
+	})
+	if err == nil {
+		s.freshSt.changed.Store(int64(plan.Changed))
+		s.freshSt.created.Store(int64(plan.Created))
+		s.freshSt.gone.Store(int64(plan.Gone))
+		if plan.Done() {
+			s.markFreshLocked(plan.ResourceVersion)
+		} else {
+			s.freshSt.catchup = plan
+			s.freshSt.pending.Store(int64(plan.Pending()))
+		}
+	}
+	s.blockDeltas.Unlock()
+	switch {
+	case errors.Is(err, reflector.ErrOtherTimeline):
+		// A restored or replaced cluster: its history is not the
+		// cache's. Replace the cache by a list of the server's latest
+		// state (a cold start over the file).
+		s.logger.Info("Warning: the server's resourceVersion is behind the cache's (restored or replaced cluster): relisting over the cache", "err", err)
+		s.counters.otherTimeline.Add(1)
+		s.resume.RelistLatest()
+	case err != nil:
+		s.freshFallback(ctx, err.Error())
+	default:
+		s.logger.V(1).Info("Metadata list diffed against the cache", "resourceVersion", plan.ResourceVersion,
+			"changed", plan.Changed, "created", plan.Created, "deleted", plan.Gone, "unchanged", plan.Unchanged)
+	}
+}
+
+// freshFallback makes freshness the first watch event the server sends
+// (resourceVersions are not comparable, or there is nothing to list
+// metadata with), logged once.
+func (s *Informer) freshFallback(ctx context.Context, why string) {
+	s.freshSt.fallback.Store(&why)
+	s.logger.Info("Freshness falls back to the first watch event", "reason", why)
+	select {
+	case <-ctx.Done():
+	case <-s.fresh.ch:
+	case <-s.resume.Resumed():
+		s.blockDeltas.Lock()
+		s.markFreshLocked("")
+		s.blockDeltas.Unlock()
+	}
+}
+
+// metaKey is the informer's key of a metadata list item.
+func metaKey(m *metav1.PartialObjectMetadata) (string, error) {
+	return cache.MetaNamespaceKeyFunc(m)
+}
+
+// waitLive closes live once the server has accepted a watch.
+func (s *Informer) waitLive(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-s.resume.Watching():
+		s.live.reach(s.db.clock.Now())
+	}
+}

@@ -1,0 +1,206 @@
+package reflector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+)
+
+// MetadataLister lists, metadata only, what an informer's ListerWatcher
+// lists (the same resource, namespace and selectors): every object's name,
+// namespace, UID and resourceVersion, and the list's resourceVersion. A
+// kube-apiserver serves it from its watch cache as a
+// PartialObjectMetadataList (k8s.io/client-go/metadata).
+type MetadataLister interface {
+	ListMetadata(ctx context.Context, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error)
+}
+
+// MetadataListerFunc adapts a function to MetadataLister.
+type MetadataListerFunc func(ctx context.Context, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error)
+
+// ListMetadata implements MetadataLister.
+func (f MetadataListerFunc) ListMetadata(ctx context.Context, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
+	return f(ctx, opts)
+}
+
+// ListAllMetadata lists every page of a consistent, most recent metadata
+// list (resourceVersion ""), following continue tokens.
+func ListAllMetadata(ctx context.Context, l MetadataLister) (*metav1.PartialObjectMetadataList, error) {
+	var out *metav1.PartialObjectMetadataList
+	opts := metav1.ListOptions{}
+	for {
+		page, err := l.ListMetadata(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		if out == nil {
+			out = page
+		} else {
+			out.Items = append(out.Items, page.Items...)
+		}
+		if page.Continue == "" {
+			out.Continue = ""
+			return out, nil
+		}
+		opts.Continue = page.Continue
+	}
+}
+
+// ErrNotComparable means resourceVersions could not be ordered (a server
+// whose resourceVersions are not kube-apiserver's decimal integers, such
+// as some aggregated APIs): freshness falls back to the first watch event.
+var ErrNotComparable = errors.New("reflector: resourceVersions are not comparable")
+
+// ErrOtherTimeline means the server's list is older than the cache: the
+// server was restored from a backup or replaced, so the cache belongs to
+// another history and must be replaced by a list.
+var ErrOtherTimeline = errors.New("reflector: the server's resourceVersion is behind the cache's: restored or replaced cluster")
+
+// Catchup is the diff between a cache and a metadata list taken at
+// resourceVersion R, and what the resumed watch must still bring for the
+// cache to equal the server's state at R: for each changed or new key, an
+// event at or after its listed resourceVersion; for each key the list does
+// not have, its deletion. It is not safe for concurrent use: its owner
+// (the informer loop) serializes Observe with the events it applies.
+type Catchup struct {
+	// ResourceVersion is the list's, R.
+	ResourceVersion string
+	// Changed, Created and Gone count the keys the watch must bring, as
+	// planned: changed while the cache was not watching, created, deleted.
+	// Unchanged counts the keys that already match the list.
+	Changed, Created, Gone, Unchanged int
+	// want maps a key to the resourceVersion it must reach, or "" for a
+	// key that must be deleted.
+	want map[string]string
+	// goneKeys are the keys to be deleted, as planned.
+	goneKeys []string
+}
+
+// Plan compares the cache (cached yields each key and its
+// resourceVersion; applied is the cache's resourceVersion) with list. It fails with ErrNotComparable when a
+// resourceVersion does not parse, and ErrOtherTimeline when the list is
+// older than what the cache has applied.
+func Plan(list *metav1.PartialObjectMetadataList, keyOf func(*metav1.PartialObjectMetadata) (string, error), applied string, cached iter.Seq2[string, string]) (*Catchup, error) {
+	r := list.ResourceVersion
+	if applied != "" {
+		c, err := resourceversion.CompareResourceVersion(r, applied)
+		if err != nil {
+			return nil, fmt.Errorf("%w: list %q, cache %q: %w", ErrNotComparable, r, applied, err)
+		}
+		if c < 0 {
+			return nil, fmt.Errorf("%w: list at %s, cache at %s", ErrOtherTimeline, r, applied)
+		}
+	}
+	c := &Catchup{ResourceVersion: r, want: map[string]string{}}
+	listed := make(map[string]*metav1.PartialObjectMetadata, len(list.Items))
+	for i := range list.Items {
+		it := &list.Items[i]
+		key, err := keyOf(it)
+		if err != nil {
+			return nil, fmt.Errorf("reflector: metadata list item: %w", err)
+		}
+		if _, err := resourceversion.CompareResourceVersion(it.ResourceVersion, r); err != nil {
+			return nil, fmt.Errorf("%w: object %q at %q: %w", ErrNotComparable, key, it.ResourceVersion, err)
+		}
+		listed[key] = it
+	}
+	for key, rv := range cached {
+		it, ok := listed[key]
+		if !ok {
+			if cmp, err := resourceversion.CompareResourceVersion(rv, r); err == nil && cmp > 0 {
+				// Created after the list: already newer than R.
+				continue
+			}
+			c.want[key] = ""
+			c.goneKeys = append(c.goneKeys, key)
+			c.Gone++
+			continue
+		}
+		delete(listed, key)
+		cmp, err := resourceversion.CompareResourceVersion(rv, it.ResourceVersion)
+		if err != nil {
+			return nil, fmt.Errorf("%w: cached %q at %q: %w", ErrNotComparable, key, rv, err)
+		}
+		if cmp >= 0 {
+			c.Unchanged++
+			continue
+		}
+		c.want[key] = it.ResourceVersion
+		c.Changed++
+	}
+	for key, it := range listed {
+		c.want[key] = it.ResourceVersion
+		c.Created++
+	}
+	return c, nil
+}
+
+// Pending returns how many keys the watch must still bring.
+func (c *Catchup) Pending() int { return len(c.want) }
+
+// Done reports whether the cache has caught up with the list.
+func (c *Catchup) Done() bool { return len(c.want) == 0 }
+
+// GoneKeys are the keys the list does not have (deleted while the cache
+// was not watching), as planned.
+func (c *Catchup) GoneKeys() []string { return c.goneKeys }
+
+// WantKeys are the keys still pending.
+func (c *Catchup) WantKeys() []string {
+	out := make([]string, 0, len(c.want))
+	for k := range c.want {
+		out = append(out, k)
+	}
+	return out
+}
+
+// Observe notes an applied change of key at resourceVersion rv (a delete
+// when deleted) and reports whether the cache has now caught up.
+func (c *Catchup) Observe(key, rv string, deleted bool) bool {
+	if len(c.want) == 0 {
+		return true
+	}
+	if rv != "" {
+		if cmp, err := resourceversion.CompareResourceVersion(rv, c.ResourceVersion); err == nil && cmp >= 0 && len(c.want) > 0 {
+			// Every event up to R was applied (the watch is in order).
+			c.want = map[string]string{}
+			return true
+		}
+	}
+	target, ok := c.want[key]
+	if !ok {
+		return false
+	}
+	switch {
+	case target == "":
+		// Must be deleted: a delete, or a newer incarnation after R
+		// (handled above).
+		if deleted {
+			delete(c.want, key)
+		}
+	case rv != "":
+		if cmp, err := resourceversion.CompareResourceVersion(rv, target); err == nil && cmp >= 0 {
+			delete(c.want, key)
+		}
+	}
+	return len(c.want) == 0
+}
+
+// ObserveProgress notes that the cache is current as of rv (a bookmark)
+// and reports whether it has now caught up.
+func (c *Catchup) ObserveProgress(rv string) bool {
+	if len(c.want) == 0 {
+		return true
+	}
+	if cmp, err := resourceversion.CompareResourceVersion(rv, c.ResourceVersion); err == nil && cmp >= 0 {
+		c.want = map[string]string{}
+	}
+	return len(c.want) == 0
+}
+
+// Complete marks the cache caught up (a complete list was applied).
+func (c *Catchup) Complete() { c.want = map[string]string{} }

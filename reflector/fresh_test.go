@@ -1,0 +1,88 @@
+package reflector_test
+
+import (
+	"errors"
+	"maps"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/boltinformer/boltinformer/reflector"
+)
+
+func metaList(rv string, items map[string]string) *metav1.PartialObjectMetadataList {
+	l := &metav1.PartialObjectMetadataList{ListMeta: metav1.ListMeta{ResourceVersion: rv}}
+	for name, irv := range items {
+		l.Items = append(l.Items, metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, ResourceVersion: irv}})
+	}
+	return l
+}
+
+func key(m *metav1.PartialObjectMetadata) (string, error) { return cache.MetaNamespaceKeyFunc(m) }
+
+// TestCatchup: the plan names what changed, was created or deleted since
+// the cache's state, and the catch-up is done exactly when the watch has
+// brought each of them (in the watch's order), or passed R.
+func TestCatchup(t *testing.T) {
+	cached := map[string]string{"ns/a": "10", "ns/b": "11", "ns/c": "12", "ns/gone": "13", "ns/late": "31"}
+	list := metaList("30", map[string]string{"a": "10", "b": "20", "c": "12", "new": "25"})
+	c, err := reflector.Plan(list, key, "15", maps.All(cached))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Changed != 1 || c.Created != 1 || c.Gone != 1 || c.Unchanged != 2 || c.Pending() != 3 {
+		t.Fatalf("plan: %+v pending %v", c, c.WantKeys())
+	}
+	steps := []struct {
+		key, rv string
+		deleted bool
+		done    bool
+	}{
+		{"ns/b", "16", false, false},   // an older change of b
+		{"ns/new", "17", false, false}, // an earlier incarnation of new
+		{"ns/gone", "18", true, false}, // deleted: done for gone
+		{"ns/new", "18", true, false},
+		{"ns/b", "20", false, false},
+		{"ns/x", "21", false, false}, // not planned
+		{"ns/new", "25", false, true},
+	}
+	for i, s := range steps {
+		if got := c.Observe(s.key, s.rv, s.deleted); got != s.done {
+			t.Fatalf("step %d %+v: done %v, pending %v", i, s, got, c.WantKeys())
+		}
+	}
+}
+
+func TestCatchupPassesR(t *testing.T) {
+	c, err := reflector.Plan(metaList("30", map[string]string{"a": "20"}), key, "15", maps.All(map[string]string{"ns/a": "10"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ObserveProgress("29") || !c.ObserveProgress("30") {
+		t.Fatal("a bookmark at R must complete the catch-up, and only at R")
+	}
+	c, _ = reflector.Plan(metaList("30", map[string]string{"a": "20"}), key, "15", maps.All(map[string]string{"ns/a": "10"}))
+	if !c.Observe("ns/other", "31", false) {
+		t.Fatal("an event past R must complete the catch-up")
+	}
+}
+
+func TestPlanErrors(t *testing.T) {
+	_, err := reflector.Plan(metaList("5", nil), key, "15", maps.All(map[string]string{}))
+	if !errors.Is(err, reflector.ErrOtherTimeline) {
+		t.Fatalf("a list behind the cache: %v", err)
+	}
+	_, err = reflector.Plan(metaList("abc", nil), key, "15", maps.All(map[string]string{}))
+	if !errors.Is(err, reflector.ErrNotComparable) {
+		t.Fatalf("a list rv that does not parse: %v", err)
+	}
+	_, err = reflector.Plan(metaList("30", map[string]string{"a": "x1"}), key, "15", maps.All(map[string]string{}))
+	if !errors.Is(err, reflector.ErrNotComparable) {
+		t.Fatalf("an item rv that does not parse: %v", err)
+	}
+	c, err := reflector.Plan(metaList("30", nil), key, "30", maps.All(map[string]string{}))
+	if err != nil || !c.Done() {
+		t.Fatalf("an empty diff: %v %+v", err, c)
+	}
+}
