@@ -50,11 +50,15 @@ func (a *agent) informers() []*boltinformer.Informer {
 }
 
 // synced reports whether every cache has synced.
-func (a *agent) synced() bool {
+func (a *agent) synced() bool { return len(a.unsynced()) == 0 }
+
+// unsynced returns the names of the informers that have not synced.
+func (a *agent) unsynced() []string {
+	var names []string
 	for _, inf := range a.informers() {
 		if !inf.HasSynced() {
-			return false
+			names = append(names, inf.Name())
 		}
 	}
-	return true
+	return names
 }

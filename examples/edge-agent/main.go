@@ -55,14 +55,29 @@ func main() {
 	defer stop()
 	if c.duration > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.duration)
+		ctx, cancel = context.WithTimeoutCause(ctx, c.duration, errDurationElapsed)
 		defer cancel()
 	}
-	if err := run(ctx, c); err != nil {
+	err := run(ctx, c)
+	switch {
+	case errors.Is(err, errStoppedBeforeSync):
+		// A signal (or -duration) is a requested stop, not a failure.
+		fmt.Fprintln(os.Stderr, "edge-agent:", err)
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "edge-agent:", err)
 		os.Exit(1)
 	}
 }
+
+var (
+	// errStoppedBeforeSync is run's error when the agent is told to stop
+	// (SIGTERM, SIGINT or -duration) before its caches have synced, e.g.
+	// during a cold start against a slow or unreachable server. main exits
+	// 0 after it: the stop was asked for.
+	errStoppedBeforeSync = errors.New("stopped before the caches synced")
+	// errDurationElapsed is the cause of the stop after -duration.
+	errDurationElapsed = errors.New("-duration elapsed")
+)
 
 // Report is what -report prints.
 type Report struct {
@@ -151,7 +166,8 @@ func run(ctx context.Context, c config) error {
 		nsFactory.Shutdown()
 	}()
 	if !cache.WaitForCacheSync(ctx.Done(), a.synced) {
-		return errors.New("caches did not sync")
+		// Only ctx ends the wait: a signal or -duration.
+		return fmt.Errorf("%w (%v); not synced: %s", errStoppedBeforeSync, context.Cause(ctx), strings.Join(a.unsynced(), ", "))
 	}
 	syncedAt := time.Since(start)
 	if c.report {
