@@ -1,6 +1,9 @@
 package boltinformer
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrStarted means an operation that must precede Run came after it.
@@ -12,3 +15,29 @@ var (
 	// ErrClosed means the DB was used after Close.
 	ErrClosed = errors.New("boltinformer: DB is closed")
 )
+
+// clientGoError is an error whose text is client-go's, word for word
+// (callers match it), wrapping the sentinel callers of this package branch
+// on with errors.Is.
+type clientGoError struct {
+	text     string
+	sentinel error
+}
+
+func (e *clientGoError) Error() string { return e.text }
+func (e *clientGoError) Unwrap() error { return e.sentinel }
+
+// errHandlerNotAdded is AddEventHandler's error on a stopped informer.
+func errHandlerNotAdded(handler any) error {
+	return &clientGoError{fmt.Sprintf("handler %v was not added to shared informer because it has stopped already", handler), ErrStopped}
+}
+
+// errIndexerNotAdded is AddIndexers' error on a stopped informer.
+var errIndexerNotAdded = &clientGoError{"indexer was not added because it has stopped already", ErrStopped}
+
+// errAlreadyStarted is the error of a setter that must precede Run.
+var errAlreadyStarted = &clientGoError{"informer has already started", ErrStarted}
+
+// errRunTwice is start's error for a second Run (logged with client-go's
+// warning).
+var errRunTwice = fmt.Errorf("%w: Run more than once is not allowed", ErrStarted)

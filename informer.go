@@ -175,11 +175,13 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 	if opts != nil {
 		o = *opts
 	}
-	logger := db.logger
+	// base is the caller's logger as given: the handlers' panics are
+	// logged with it, with client-go's keys only.
+	base := db.logger
 	if o.Logger != nil {
-		logger = *o.Logger
+		base = *o.Logger
 	}
-	logger = logger.WithValues("informer", name)
+	logger := base.WithValues("informer", name)
 	if o.Resource == "" {
 		o.Resource = fmt.Sprintf("%T", example)
 	}
@@ -249,7 +251,7 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		indexer:                         idx,
 		lw:                              lw,
 		objectType:                      example,
-		processor:                       processor.New(&processor.Options{Clock: db.clock, Logger: logger}),
+		processor:                       processor.New(&processor.Options{Clock: db.clock, Logger: base}),
 		decision:                        decision,
 		policy:                          o.SyncPolicy,
 		metadata:                        o.Metadata,
@@ -314,7 +316,7 @@ func (s *Informer) RunWithContext(ctx context.Context) {
 		s.runStarted.Store(s.db.clock.Now().UnixNano())
 	}
 	if err != nil {
-		s.logger.Info("Warning: " + err.Error())
+		klog.FromContext(ctx).Info("Warning: the sharedIndexInformer has started, run more than once is not allowed")
 		return
 	}
 	processorCtx, stopProcessor := context.WithCancel(context.WithoutCancel(ctx))
@@ -345,7 +347,7 @@ func (s *Informer) start(ctx context.Context) (bool, error) {
 	s.startedMu.Lock()
 	defer s.startedMu.Unlock()
 	if s.started {
-		return false, fmt.Errorf("%w: Run more than once is not allowed", ErrStarted)
+		return false, errRunTwice
 	}
 	logger := klog.FromContext(ctx).WithValues("informer", s.name)
 	ropts := &reflector.Options{Clock: s.db.clock}
@@ -553,7 +555,7 @@ func (s *Informer) AddIndexers(indexers cache.Indexers) error {
 	s.startedMu.Lock()
 	defer s.startedMu.Unlock()
 	if s.stopped {
-		return fmt.Errorf("%w: indexer was not added", ErrStopped)
+		return errIndexerNotAdded
 	}
 	return s.indexer.AddIndexers(indexers)
 }
@@ -581,7 +583,7 @@ func (s *Informer) SetWatchErrorHandlerWithContext(handler cache.WatchErrorHandl
 	s.startedMu.Lock()
 	defer s.startedMu.Unlock()
 	if s.started {
-		return ErrStarted
+		return errAlreadyStarted
 	}
 	s.watchErrorHandler = handler
 	return nil
@@ -594,7 +596,7 @@ func (s *Informer) SetTransform(handler cache.TransformFunc) error {
 	s.startedMu.Lock()
 	defer s.startedMu.Unlock()
 	if s.started {
-		return ErrStarted
+		return errAlreadyStarted
 	}
 	s.transform = handler
 	return nil
@@ -626,7 +628,7 @@ func (s *Informer) AddEventHandlerWithOptions(handler cache.ResourceEventHandler
 	s.startedMu.Lock()
 	defer s.startedMu.Unlock()
 	if s.stopped {
-		return nil, fmt.Errorf("%w: handler %v was not added", ErrStopped, handler)
+		return nil, errHandlerNotAdded(handler)
 	}
 	logger := ptr.Deref(options.Logger, s.logger)
 	resyncPeriod := ptr.Deref(options.ResyncPeriod, s.defaultEventHandlerResyncPeriod)

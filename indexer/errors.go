@@ -1,6 +1,11 @@
 package indexer
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+)
 
 var (
 	// ErrClosed means the indexer was used after Close.
@@ -10,3 +15,23 @@ var (
 	// ErrNoIndex means a query named an index that does not exist.
 	ErrNoIndex = errors.New("indexer: index does not exist")
 )
+
+// clientGoError is an error whose text is client-go's indexer's, word for
+// word (callers match it), wrapping the sentinel to branch on.
+type clientGoError struct {
+	text     string
+	sentinel error
+}
+
+func (e *clientGoError) Error() string { return e.text }
+func (e *clientGoError) Unwrap() error { return e.sentinel }
+
+// errNoIndex is a query's error for an index that does not exist.
+func errNoIndex(name string) error {
+	return &clientGoError{fmt.Sprintf("Index with name %s does not exist", name), ErrNoIndex}
+}
+
+// errIndexConflict is AddIndexers' error for names that exist.
+func errIndexConflict(names []string) error {
+	return &clientGoError{fmt.Sprintf("indexer conflict: %v", sets.New(names...)), ErrIndexConflict}
+}

@@ -673,7 +673,7 @@ func (x *Indexer) Len() int {
 }
 
 func (x *Indexer) noIndex(name string) error {
-	return fmt.Errorf("%w: Index with name %s does not exist", ErrNoIndex, name)
+	return errNoIndex(name)
 }
 
 // Index returns the objects that share a value with obj in the named index
@@ -831,8 +831,7 @@ func (x *Indexer) AddIndexers(newIndexers cache.Indexers) error {
 		}
 	}
 	if len(conflict) > 0 {
-		sort.Strings(conflict)
-		return fmt.Errorf("%w: %v", ErrIndexConflict, conflict)
+		return errIndexConflict(conflict)
 	}
 	if err := validIndexers(newIndexers); err != nil {
 		return err

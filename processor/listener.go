@@ -39,9 +39,12 @@ const slowHandler = 100 * time.Millisecond
 // both are owned by the Processor, started under its listenersLock and ended
 // by stop.
 type Listener struct {
-	handler       cache.ResourceEventHandler
-	name          string
+	handler cache.ResourceEventHandler
+	name    string
+	// logger has the key "handler"; crashLogger is the logger given, as
+	// client-go logs a handler panic: with no key of ours.
 	logger        klog.Logger
+	crashLogger   klog.Logger
 	clock         clock.Clock
 	slowThreshold int // backlog above which slow handler calls are logged
 
@@ -94,7 +97,8 @@ func newListener(handler cache.ResourceEventHandler, name string, logger klog.Lo
 	return &Listener{
 		handler:       handler,
 		name:          name,
-		logger:        logger,
+		logger:        logger.WithValues("handler", name),
+		crashLogger:   logger,
 		clock:         clk,
 		slowThreshold: bufferSize,
 		upstream:      upstream,
@@ -241,7 +245,7 @@ func (l *Listener) run() {
 // utilruntime.ReallyCrash is false; then handle reports crashed.
 func (l *Listener) handle(n Notification, backlog int) (crashed bool) {
 	crashed = true
-	defer utilruntime.HandleCrashWithLogger(l.logger)
+	defer utilruntime.HandleCrashWithLogger(l.crashLogger)
 	if backlog > l.slowThreshold {
 		start := l.clock.Now()
 		defer func() {

@@ -23,7 +23,10 @@ type Options struct {
 	// panic. Default clock.RealClock{}.
 	Clock clock.WithTicker
 	// Logger is the default logger of listeners. The zero Logger (which is
-	// also what logr.Discard returns) means klog.Background().
+	// also what logr.Discard returns) means klog.Background(). A handler
+	// panic is logged with it as it is ("Observed a panic" with its own
+	// values and client-go's keys only: panic, panicGoValue, stacktrace);
+	// the listeners' other logs add the key "handler".
 	Logger klog.Logger
 	// InitialBufferSize is the initial capacity of each listener's buffer;
 	// the buffer grows without bound and shrinks back to this size once
@@ -173,7 +176,7 @@ func (p *Processor) AddListener(handler cache.ResourceEventHandler, opts Listene
 	if opts.Logger != nil {
 		logger = *opts.Logger
 	}
-	l := newListener(handler, name, logger.WithValues("handler", name), p.clock, p.initialBufferSize, opts.Synced)
+	l := newListener(handler, name, logger, p.clock, p.initialBufferSize, opts.Synced)
 	l.requestedResyncPeriod = opts.RequestedResyncPeriod
 	l.resyncPeriod = opts.ResyncPeriod
 	l.nextResync = p.clock.Now().Add(opts.ResyncPeriod)
