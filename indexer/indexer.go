@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 
@@ -73,6 +74,18 @@ type Options struct {
 	// file). They are left out of List until a write replaces them; the
 	// informer relists.
 	OnUndecodable func(n int)
+	// Transform, when set, is applied to every object the indexer stores
+	// (Add, Update, Replace, and the adds and updates of a Transaction),
+	// before it is indexed and written, like client-go's
+	// cache.WithTransformer: the key is the untransformed object's, and an
+	// error refuses the object (Replace: the whole list, changing nothing)
+	// with "transforming: <err>". Deletions are not transformed. Objects
+	// are stored after it, so a file saved with another transform holds
+	// other objects: put its fingerprint in Identity.Transform (the
+	// informer's recovery.Decide compares it). Unlike client-go's store,
+	// whose Transaction skips the transform, every object stored here has
+	// passed it. A warm load does not run it (the stored objects did).
+	Transform cache.TransformFunc
 	// VerifyRecords makes a Full warm load read and verify every record
 	// even when the file has an envelope snapshot of the informer (see
 	// load): a damaged record is then an error of Open, not an object
@@ -117,6 +130,7 @@ type Indexer struct {
 
 	committer     *store.Committer
 	onUndecodable func(int)
+	transform     cache.TransformFunc
 	stop          context.CancelFunc // own committer, else nil
 	done          chan struct{}
 
@@ -197,6 +211,7 @@ func Open(db *store.DB, name string, indexers cache.Indexers, opts *Options) (*I
 		pending:  map[string]*pendingOp{},
 
 		onUndecodable: opts.OnUndecodable,
+		transform:     opts.Transform,
 		decoded:       make(chan struct{}),
 
 		undecodable: map[string]error{},
@@ -357,11 +372,26 @@ func (x *Indexer) setRVFromLocked(obj any) {
 // Add inserts obj (an Update of an existing key).
 func (x *Indexer) Add(obj any) error { return x.Update(obj) }
 
+// transformed returns obj after Options.Transform.
+func (x *Indexer) transformed(obj any) (any, error) {
+	if x.transform == nil {
+		return obj, nil
+	}
+	out, err := x.transform(obj)
+	if err != nil {
+		return nil, fmt.Errorf("transforming: %w", err)
+	}
+	return out, nil
+}
+
 // Update stores obj.
 func (x *Indexer) Update(obj any) error {
 	key, err := x.keyFunc(obj)
 	if err != nil {
 		return cache.KeyError{Obj: obj, Err: err}
+	}
+	if obj, err = x.transformed(obj); err != nil {
+		return err
 	}
 	x.mu.Lock()
 	err = x.putLocked(key, obj)
@@ -406,6 +436,12 @@ func (x *Indexer) Transaction(txns ...cache.Transaction) *cache.TransactionError
 			errs = append(errs, cache.KeyError{Obj: t.Object, Err: err})
 			continue
 		}
+		if t.Type == cache.TransactionTypeAdd || t.Type == cache.TransactionTypeUpdate {
+			if t.Object, err = x.transformed(t.Object); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
 		ks = append(ks, keyed{key, t, i})
 	}
 	ok := make([]int, 0, len(ks))
@@ -438,12 +474,18 @@ func (x *Indexer) Transaction(txns ...cache.Transaction) *cache.TransactionError
 // resourceVersion and UID are unchanged is not rewritten.
 func (x *Indexer) Replace(list []any, resourceVersion string) error {
 	keys := make([]string, len(list))
+	if x.transform != nil {
+		list = slices.Clone(list) // the caller's list is not rewritten
+	}
 	for i, obj := range list {
 		key, err := x.keyFunc(obj)
 		if err != nil {
 			return cache.KeyError{Obj: obj, Err: err}
 		}
 		keys[i] = key
+		if list[i], err = x.transformed(obj); err != nil {
+			return err
+		}
 	}
 	x.mu.Lock()
 	seen := make(map[string]struct{}, len(list))
