@@ -101,6 +101,7 @@ type InformerOptions struct {
 type Informer struct {
 	db         *DB
 	name       string
+	resource   string
 	indexer    *indexer.Indexer
 	lw         cache.ListerWatcher
 	objectType runtime.Object
@@ -148,8 +149,9 @@ type Informer struct {
 	listeners                       map[*processor.Listener]struct{}
 
 	// blockDeltas serializes event distribution with handler registration,
-	// so a late handler joins between two events.
+	// so a late handler joins between two events; it guards observers.
 	blockDeltas sync.Mutex
+	observers   []*observer // Observe
 }
 
 var _ cache.SharedIndexInformer = (*Informer)(nil)
@@ -248,6 +250,7 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 	inf := &Informer{
 		db:                              db,
 		name:                            name,
+		resource:                        o.Resource,
 		indexer:                         idx,
 		lw:                              lw,
 		objectType:                      example,
@@ -762,11 +765,15 @@ func (s *Informer) processDeltasLocked(deltas cache.Deltas, isInInitialList bool
 				}
 				s.processor.Distribute(processor.AddNotification{Obj: obj, InInitialList: isInInitialList}, false)
 			}
+			if d.Type != cache.Sync {
+				s.notifyObjectLocked(ChangeUpsert, obj)
+			}
 			s.observeDeltaLocked(d)
 		case cache.Deleted:
 			if err := s.indexer.Delete(obj); err != nil {
 				return err
 			}
+			s.notifyObjectLocked(ChangeDelete, obj)
 			s.processor.Distribute(processor.DeleteNotification{Old: obj}, false)
 			s.observeDeltaLocked(d)
 		case cache.Bookmark:
@@ -775,6 +782,7 @@ func (s *Informer) processDeltasLocked(deltas cache.Deltas, isInInitialList bool
 				return fmt.Errorf("boltinformer: bookmark delta did not contain BookmarkInfo: %T", obj)
 			}
 			s.indexer.Bookmark(info.ResourceVersion)
+			s.notifyLocked(Change{Type: ChangeBookmark, ResourceVersion: info.ResourceVersion})
 			s.observeProgressLocked(info.ResourceVersion)
 		}
 	}
@@ -787,6 +795,7 @@ func (s *Informer) processDeltasLocked(deltas cache.Deltas, isInInitialList bool
 func (s *Informer) replaceAllLocked(info cache.ReplacedAllInfo, isInInitialList bool) error {
 	if s.diskAnswer.CompareAndSwap(true, false) {
 		s.indexer.Bookmark(info.ResourceVersion)
+		s.notifyLocked(Change{Type: ChangeBookmark, ResourceVersion: info.ResourceVersion})
 		s.listed.Store(true)
 		return nil
 	}
@@ -834,6 +843,7 @@ func (s *Informer) replaceAllLocked(info cache.ReplacedAllInfo, isInInitialList 
 	if err := s.indexer.Replace(info.Objects, info.ResourceVersion); err != nil {
 		return err
 	}
+	s.notifyLocked(Change{Type: ChangeReplace, Objects: info.Objects, ResourceVersion: info.ResourceVersion})
 	for _, d := range deletions {
 		s.processor.Distribute(processor.DeleteNotification{Old: d}, false)
 	}
@@ -886,12 +896,14 @@ func (s *Informer) handleBatchDeltas(deltas []cache.Delta, isInInitialList bool)
 	}
 	if terr := s.indexer.Transaction(txns...); terr != nil {
 		for _, i := range terr.SuccessfulIndices {
+			s.notifyDeltaLocked(deltas[i])
 			s.processor.Distribute(notes[i], syncs[i])
 			s.observeDeltaLocked(deltas[i])
 		}
 		return fmt.Errorf("boltinformer: not all items in the batch successfully processed: %s", terr.Error())
 	}
 	for i, n := range notes {
+		s.notifyDeltaLocked(deltas[i])
 		s.processor.Distribute(n, syncs[i])
 	}
 	if s.freshSt.catchup != nil {
