@@ -48,8 +48,18 @@ func (m *observedModel) apply(c boltinformer.Change) {
 	m.rv = c.ResourceVersion
 }
 
-func (m *observedModel) equals(t *testing.T, inf *boltinformer.Informer) {
+// currentRV is the resourceVersion the model is at.
+func (m *observedModel) currentRV() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.rv
+}
+
+// equals compares the model with the indexer once the model has reached
+// rv (the observer runs just after the indexer has applied a change).
+func (m *observedModel) equals(t *testing.T, inf *boltinformer.Informer, rv string) {
 	t.Helper()
+	waitFor(t, "the observer at "+rv, func() bool { return m.currentRV() == rv })
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if got := inf.Indexer().ResourceVersion(); got != m.rv {
@@ -115,12 +125,17 @@ func TestObserve(t *testing.T) {
 	src.Delete(keyOf(testobj.Pod(3, 2, 2, "")))
 	src.Create(testobj.Pod(100, 2, 2, ""))
 	src.Bookmark()
-	waitFor(t, "the bookmark", func() bool { return inf.Indexer().ResourceVersion() == src.ResourceVersion() })
-	m.equals(t, inf)
+	m.equals(t, inf, src.ResourceVersion())
 	kinds := map[boltinformer.ChangeType]int{}
-	for _, c := range m.changes {
-		kinds[c.Type]++
-	}
+	waitFor(t, "the bookmark", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		clear(kinds)
+		for _, c := range m.changes {
+			kinds[c.Type]++
+		}
+		return kinds[boltinformer.ChangeBookmark] > 0
+	})
 	if kinds[boltinformer.ChangeReplace] != 1 || kinds[boltinformer.ChangeUpsert] != 11 || kinds[boltinformer.ChangeDelete] != 1 || kinds[boltinformer.ChangeBookmark] != 1 {
 		t.Fatalf("changes by type: %v", kinds)
 	}
@@ -147,7 +162,7 @@ func TestObserve(t *testing.T) {
 	defer stopObserving()
 	runInformer(t, inf)
 	waitFor(t, "the relist", func() bool { return inf.Indexer().ResourceVersion() == src.ResourceVersion() })
-	m.equals(t, inf)
+	m.equals(t, inf, src.ResourceVersion())
 	if last := m.changes[len(m.changes)-1]; last.Type != boltinformer.ChangeReplace || len(last.Objects) != 20 {
 		t.Fatalf("last change %v with %d objects, want a Replace with 20", last.Type, len(last.Objects))
 	}
@@ -199,6 +214,6 @@ func TestObserveConcurrent(t *testing.T) {
 	<-done
 	waitFor(t, "the last event", func() bool { return inf.Indexer().ResourceVersion() == src.ResourceVersion() })
 	for _, m := range models {
-		m.equals(t, inf)
+		m.equals(t, inf, src.ResourceVersion())
 	}
 }
