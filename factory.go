@@ -8,9 +8,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
@@ -168,6 +170,35 @@ func (f *Factory) metadataLister(gvr schema.GroupVersionResource) MetadataLister
 	})
 }
 
+// exactGetter reads one object as it was at an exact resourceVersion with
+// the factory's list options: a LIST in its namespace with a
+// metadata.name field selector (and the factory's) and
+// resourceVersionMatch=Exact.
+func (f *Factory) exactGetter(gr schema.GroupResource, list func(ctx context.Context, namespace string, o metav1.ListOptions) (runtime.Object, error)) ObjectGetter {
+	return ObjectGetterFunc(func(ctx context.Context, namespace, name, rv string) (runtime.Object, error) {
+		var o metav1.ListOptions
+		f.tweak(&o)
+		sel := fields.OneTermEqualSelector("metadata.name", name).String()
+		if o.FieldSelector != "" {
+			sel = o.FieldSelector + "," + sel
+		}
+		o.FieldSelector, o.ResourceVersion, o.ResourceVersionMatch = sel, rv, metav1.ResourceVersionMatchExact
+		o.Limit, o.Continue = 0, ""
+		l, err := list(ctx, namespace, o)
+		if err != nil {
+			return nil, err
+		}
+		items, err := meta.ExtractList(l)
+		if err != nil {
+			return nil, fmt.Errorf("boltinformer: exact read of %s %s/%s: %w", gr, namespace, name, err)
+		}
+		if len(items) != 1 {
+			return nil, apierrors.NewNotFound(gr, name)
+		}
+		return items[0], nil
+	})
+}
+
 // informerOptionsLocked returns the options of gvr's informer: the factory's
 // defaults, its identity, and the keyring of the Keyrings entry that
 // names gvr's resource, if any (parseKeyrings left at most one keyring per
@@ -218,7 +249,11 @@ func (f *Factory) InformerFor(example runtime.Object, resource string, indexers 
 	if indexers == nil {
 		indexers = defaultIndexers
 	}
-	inf, err := f.db.NewInformer(name, lw, example, f.opts.ResyncPeriod, indexers, f.informerOptionsLocked(gvr))
+	io := f.informerOptionsLocked(gvr)
+	io.Getter = f.exactGetter(gvr.GroupResource(), func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
+		return rc.Get().Namespace(ns).Resource(resource).VersionedParams(&o, scheme.ParameterCodec).Do(ctx).Get()
+	})
+	inf, err := f.db.NewInformer(name, lw, example, f.opts.ResyncPeriod, indexers, io)
 	if err != nil {
 		return nil, err
 	}
@@ -249,7 +284,11 @@ func (f *Factory) ForResource(gvr schema.GroupVersionResource, indexers cache.In
 	if indexers == nil {
 		indexers = defaultIndexers
 	}
-	inf, err := f.db.NewInformer(name, cache.ToListWatcherWithWatchListSemantics(lw, f.dynamic), &unstructured.Unstructured{}, f.opts.ResyncPeriod, indexers, f.informerOptionsLocked(gvr))
+	io := f.informerOptionsLocked(gvr)
+	io.Getter = f.exactGetter(gvr.GroupResource(), func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
+		return f.dynamic.Resource(gvr).Namespace(ns).List(ctx, o)
+	})
+	inf, err := f.db.NewInformer(name, cache.ToListWatcherWithWatchListSemantics(lw, f.dynamic), &unstructured.Unstructured{}, f.opts.ResyncPeriod, indexers, io)
 	if err != nil {
 		return nil, err
 	}

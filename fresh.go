@@ -9,6 +9,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 
@@ -21,13 +22,14 @@ import (
 //     first list (a cold start).
 //   - Fresh: the cache equals the server's state at a known
 //     resourceVersion R (Health.FreshResourceVersion). A cold start is
-//     fresh with its first list. A warm start with a MetadataLister lists
-//     every object's metadata once, diffs it against the cache, and is
-//     fresh when the resumed watch has brought every changed, created and
-//     deleted key to the list's state (an empty diff is fresh at once); a
-//     relist makes it fresh too. Without a MetadataLister, or when
-//     resourceVersions are not comparable, a warm start is fresh at the
-//     first watch event the server sends (today's SyncAfterResume).
+//     fresh with its first list. A warm start with SyncAfterFresh and a
+//     MetadataLister lists every object's metadata once, diffs it against
+//     the cache, and is fresh when the resumed watch has brought every
+//     changed, created and deleted key to the list's state (an empty diff
+//     is fresh at once); a relist makes it fresh too. Otherwise (another
+//     policy, no MetadataLister, or resourceVersions that do not compare)
+//     a warm start is fresh at the first watch event the server sends, and
+//     Health.FreshFallback says why.
 //   - Live: the server has accepted a watch.
 
 // MetadataLister lists, metadata only, what an informer lists (same
@@ -155,8 +157,14 @@ func (s *Informer) runFresh(ctx context.Context) {
 	if s.fresh.reached() {
 		return
 	}
-	if s.metadata == nil {
+	switch {
+	case s.metadata == nil:
 		s.freshFallback(ctx, "no MetadataLister: fresh at the first watch event")
+		return
+	case s.policy != SyncAfterFresh:
+		// Nothing waits for it: spare the server the metadata list (a
+		// fleet of edge agents restarting at once makes no LIST at all).
+		s.freshFallback(ctx, "SyncAfterDiskLoad: fresh at the first watch event (SyncAfterFresh lists metadata to know)")
 		return
 	}
 	backoff := freshBackoff()
@@ -248,4 +256,102 @@ func (s *Informer) waitLive(ctx context.Context) {
 	case <-s.resume.Watching():
 		s.live.reach(s.db.clock.Now())
 	}
+}
+
+// ObjectGetter reads one object as it was at an exact resourceVersion; see
+// InformerOptions.Getter.
+type ObjectGetter = reflector.ObjectGetter
+
+// ObjectGetterFunc adapts a function to ObjectGetter.
+type ObjectGetterFunc = reflector.ObjectGetterFunc
+
+// DefaultPartialRelistRatio is InformerOptions.PartialRelistRatio's default.
+const DefaultPartialRelistRatio = 0.1
+
+// fetchWorkers bounds the exact reads of a partial relist in flight.
+const fetchWorkers = 8
+
+// partialAnswer is a relist answered with only what changed: the informer
+// applies it as a patch (replaceAllLocked), not as a whole list.
+type partialAnswer struct {
+	rv   string
+	gone []string
+}
+
+// partialRelist answers a relist (after a 410) with only what changed
+// since the cache's state, when little did: one metadata list at R, the
+// diff against the cache, and an exact read at R of each changed or
+// created object. It returns nil (the server lists everything) when the
+// diff is larger than PartialRelistRatio of the objects, when
+// resourceVersions are not comparable, or when a read fails; it relists
+// the latest state when the server's history is not the cache's.
+func (s *Informer) partialRelist(ctx context.Context, _ metav1.ListOptions) (runtime.Object, error) {
+	if s.metadata == nil || s.getter == nil || s.partialRatio < 0 {
+		return nil, nil
+	}
+	list, err := reflector.ListAllMetadata(ctx, s.metadata)
+	if err != nil {
+		return nil, err
+	}
+	var plan *reflector.Catchup
+	s.blockDeltas.Lock()
+	s.indexer.Versions(func(applied string, objects iter.Seq2[string, string]) {
+		plan, err = reflector.Plan(list, metaKey, applied, objects)
+	})
+	s.blockDeltas.Unlock()
+	switch {
+	case errors.Is(err, reflector.ErrOtherTimeline):
+		s.logger.Info("Warning: the server's resourceVersion is behind the cache's (restored or replaced cluster): relisting over the cache", "err", err)
+		s.counters.otherTimeline.Add(1)
+		s.resume.RelistLatest()
+		return nil, nil
+	case err != nil:
+		s.logger.V(2).Info("Full relist: resourceVersions are not comparable", "err", err)
+		return nil, nil
+	}
+	fetch := plan.ChangedKeys()
+	if float64(len(fetch)) > s.partialRatio*float64(max(len(list.Items), 1)) {
+		s.logger.V(2).Info("Full relist: too much changed for a partial one", "changed", len(fetch), "objects", len(list.Items))
+		return nil, nil
+	}
+	objs, err := s.fetchAt(ctx, fetch, plan.ResourceVersion)
+	if err != nil {
+		s.logger.V(2).Info("Full relist: an exact read failed", "err", err)
+		return nil, nil
+	}
+	out := &metav1.List{ListMeta: metav1.ListMeta{ResourceVersion: plan.ResourceVersion}}
+	out.Items = make([]runtime.RawExtension, len(objs))
+	for i, o := range objs {
+		out.Items[i].Object = o
+	}
+	s.partial.Store(&partialAnswer{rv: plan.ResourceVersion, gone: plan.GoneKeys()})
+	s.counters.partialRelists.Add(1)
+	s.logger.V(1).Info("Relist with only what changed", "resourceVersion", plan.ResourceVersion,
+		"fetched", len(objs), "deleted", len(plan.GoneKeys()), "objects", len(list.Items))
+	return out, nil
+}
+
+// fetchAt reads the objects of keys at resourceVersion rv, in parallel.
+func (s *Informer) fetchAt(ctx context.Context, keys []string, rv string) ([]runtime.Object, error) {
+	out := make([]runtime.Object, len(keys))
+	errs := make([]error, len(keys))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(fetchWorkers, len(keys)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(keys) {
+					return
+				}
+				ns, name, err := cache.SplitMetaNamespaceKey(keys[i])
+				if err == nil {
+					out[i], err = s.getter.GetAt(ctx, ns, name, rv)
+				}
+				errs[i] = err
+			}
+		})
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
 }

@@ -1,6 +1,7 @@
 package boltinformer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,12 +77,24 @@ type InformerOptions struct {
 	// SyncPolicy; default SyncAfterDiskLoad.
 	SyncPolicy SyncPolicy
 	// Metadata lists, metadata only, what lw lists (same resource,
-	// namespace and selectors): one such list after a warm start tells
-	// which objects changed while the informer was down, so that it knows
-	// when the resumed watch has brought them (the moment Fresh). A
-	// Factory sets it (k8s.io/client-go/metadata). Nil: a warm start is
-	// fresh at the first watch event the server sends.
+	// namespace and selectors): with SyncAfterFresh, one such list after a
+	// warm start tells which objects changed while the informer was down,
+	// so that it knows when the resumed watch has brought them (the moment
+	// Fresh); with Getter, it makes relists partial. A Factory sets it
+	// (k8s.io/client-go/metadata). Nil: a warm start is fresh at the first
+	// watch event the server sends.
 	Metadata MetadataLister
+	// Getter reads one object as it was at an exact resourceVersion. With
+	// Metadata, a relist (after a 410: an apiserver restart answers it to
+	// every older resourceVersion) lists metadata, diffs it against the
+	// cache and reads only what changed, instead of listing every object;
+	// see PartialRelistRatio. A Factory sets it.
+	Getter ObjectGetter
+	// PartialRelistRatio is the largest share of the objects that a
+	// partial relist reads one by one; a larger change lists everything.
+	// 0 means DefaultPartialRelistRatio; negative turns partial relists
+	// off.
+	PartialRelistRatio float64
 	// FreshTimeout bounds SyncAfterFresh's wait: after this long without
 	// being fresh (the server unreachable), HasSynced reports true and the
 	// cache serves what it loaded (Health.Stale). 0 waits for Fresh.
@@ -114,6 +127,9 @@ type Informer struct {
 	// the cache equal to the server's state, the watch accepted.
 	loaded, fresh, live *moment
 	metadata            MetadataLister
+	getter              ObjectGetter
+	partialRatio        float64
+	partial             atomic.Pointer[partialAnswer] // the next ReplacedAll is a partial relist
 	freshTimeout        time.Duration
 	freshSt             freshState
 	runStarted          atomic.Int64 // UnixNano when Run started
@@ -258,6 +274,8 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		decision:                        decision,
 		policy:                          o.SyncPolicy,
 		metadata:                        o.Metadata,
+		getter:                          o.Getter,
+		partialRatio:                    cmp.Or(o.PartialRelistRatio, DefaultPartialRelistRatio),
 		freshTimeout:                    o.FreshTimeout,
 		loaded:                          newMoment("loaded"),
 		fresh:                           newMoment("fresh"),
@@ -353,7 +371,7 @@ func (s *Informer) start(ctx context.Context) (bool, error) {
 		return false, errRunTwice
 	}
 	logger := klog.FromContext(ctx).WithValues("informer", s.name)
-	ropts := &reflector.Options{Clock: s.db.clock}
+	ropts := &reflector.Options{Clock: s.db.clock, Relist: s.partialRelist}
 	if s.decision.Warm {
 		ropts.ResourceVersion = s.indexer.ResourceVersion()
 		// The disk answer carries no objects: the informer intercepts it
@@ -802,14 +820,12 @@ func (s *Informer) replaceAllLocked(info cache.ReplacedAllInfo, isInInitialList 
 	// A list from the server: the cache is its state, whatever happens
 	// to the notifications below.
 	defer s.markFreshLocked(info.ResourceVersion)
+	if p := s.partial.Load(); p != nil && p.rv == info.ResourceVersion && s.partial.CompareAndSwap(p, nil) {
+		return s.patchLocked(info, p, isInInitialList)
+	}
 	s.counters.events.Add(int64(len(info.Objects)))
 	if s.listed.Swap(true) {
-		expired := s.resume.Stats().Expired
-		if expired > s.expiredSeen.Swap(expired) {
-			s.counters.relistsExpired.Add(1)
-		} else {
-			s.counters.relistsOther.Add(1)
-		}
+		s.countRelist()
 	}
 	keyFunc := cache.DeletionHandlingMetaNamespaceKeyFunc
 	newKeys := sets.New[string]()
@@ -855,6 +871,51 @@ func (s *Informer) replaceAllLocked(info cache.ReplacedAllInfo, isInInitialList 
 		}
 	}
 	return nil
+}
+
+// patchLocked applies a partial relist (partialRelist): the changed
+// objects, and the deletions the diff found, carrying the last object the
+// cache knew (cache.DeletedFinalStateUnknown, as a relist delivers them).
+func (s *Informer) patchLocked(info cache.ReplacedAllInfo, p *partialAnswer, isInInitialList bool) error {
+	s.counters.events.Add(int64(len(info.Objects) + len(p.gone)))
+	s.countRelist()
+	var deletions []cache.DeletedFinalStateUnknown
+	for _, key := range p.gone {
+		if old, exists, err := s.indexer.GetByKey(key); err == nil && exists {
+			deletions = append(deletions, cache.DeletedFinalStateUnknown{Key: key, Obj: old})
+		}
+	}
+	type replacement struct{ old, new any }
+	replacements := make([]replacement, 0, len(info.Objects))
+	for _, obj := range info.Objects {
+		old, exists, err := s.indexer.Get(obj)
+		if err != nil || !exists {
+			old = nil
+		}
+		replacements = append(replacements, replacement{old, obj})
+	}
+	err := s.indexer.Patch(info.Objects, p.gone, info.ResourceVersion)
+	for _, d := range deletions {
+		s.processor.Distribute(processor.DeleteNotification{Old: d}, false)
+	}
+	for _, r := range replacements {
+		if r.old != nil {
+			s.onUpdate(r.old, r.new)
+		} else {
+			s.processor.Distribute(processor.AddNotification{Obj: r.new, InInitialList: isInInitialList}, false)
+		}
+	}
+	return err
+}
+
+// countRelist counts a relist from the server by its cause.
+func (s *Informer) countRelist() {
+	expired := s.resume.Stats().Expired
+	if expired > s.expiredSeen.Swap(expired) {
+		s.counters.relistsExpired.Add(1)
+	} else {
+		s.counters.relistsOther.Add(1)
+	}
 }
 
 // onUpdate distributes an update; one that did not change the

@@ -282,3 +282,56 @@ func newDelayedWatch(inner watch.Interface, d time.Duration) *delayedWatch {
 
 func (w *delayedWatch) Stop()                          { w.once.Do(func() { close(w.stop) }) }
 func (w *delayedWatch) ResultChan() <-chan watch.Event { return w.out }
+
+// TestPartialRelistAfter410: after a 410 (the server compacted past the
+// saved resourceVersion, as an apiserver restart does), a warm informer
+// with a MetadataLister and an ObjectGetter lists metadata, reads only the
+// objects that changed, and deletes the ones that went away, instead of
+// listing every object; a larger change lists everything. The cache, the
+// file and the handlers end as after a full relist.
+func TestPartialRelistAfter410(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		changes int
+		partial bool
+	}{{"changes=0", 0, true}, {"changes=3", 3, true}, {"changes=30", 30, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newCacheFile(t, 100)
+			churn(t, f.src, tc.changes)
+			f.src.Compact()
+			f.src.ResetCalls()
+			r := f.open(nil, &boltinformer.InformerOptions{SyncPolicy: boltinformer.SyncAfterFresh, Metadata: f.src, Getter: f.src})
+			r.run()
+			r.waitSynced()
+			if d := diffObjects(f.src.Objects(), r.inf.GetStore().List()); d != "" {
+				t.Fatalf("synced, not the server's state:\n%s", d)
+			}
+			r.waitApplied()
+			c := f.src.Calls()
+			if tc.partial && (c.Lists != 0 || c.Gets != 2*tc.changes) {
+				t.Fatalf("partial relist: %d lists, %d reads, want 0 and %d: %v", c.Lists, c.Gets, 2*tc.changes, c.Log)
+			}
+			if !tc.partial && (c.Lists != 1 || c.Gets != 0) {
+				t.Fatalf("full relist: %d lists, %d reads: %v", c.Lists, c.Gets, c.Log)
+			}
+			var deletes int
+			for _, e := range r.rec.events() {
+				if e.Kind == "delete" {
+					deletes++
+				}
+			}
+			if deletes != tc.changes {
+				t.Fatalf("handler saw %d deletes, want %d", deletes, tc.changes)
+			}
+			// The file holds the same, at the list's resourceVersion.
+			r.close()
+			r2 := f.open(nil, nil)
+			if st := r2.inf.Indexer().SavedState(); st.ResourceVersion != f.src.ResourceVersion() {
+				t.Fatalf("saved resourceVersion %s, server at %s", st.ResourceVersion, f.src.ResourceVersion())
+			}
+			if d := diffObjects(f.src.Objects(), r2.inf.GetStore().List()); d != "" {
+				t.Fatalf("file after the relist:\n%s", d)
+			}
+		})
+	}
+}

@@ -23,7 +23,7 @@ type metrics struct {
 	commitTime   prometheus.Histogram
 	commitErrors prometheus.Counter
 
-	objects, rvAge, size, depth, synced, events, relists, watches, watchErrors, start, undecodable, moment, catchup *prometheus.Desc
+	objects, rvAge, size, depth, synced, events, relists, watches, watchErrors, start, undecodable, moment, catchup, partialRelists *prometheus.Desc
 }
 
 func newMetrics(db *DB) *metrics {
@@ -53,6 +53,7 @@ func newMetrics(db *DB) *metrics {
 	m.undecodable = d("undecodable_objects_total", "Objects of the cache file found not to decode after the load (each makes the informer relist).", "informer")
 	m.start = d("start_info", "How the informer started: mode warm or cold, with the reason.", "informer", "mode", "reason")
 	m.moment = d("start_moment_seconds", "Seconds from Run to each moment of the start that was reached: loaded (the cache serves), fresh (it equals the server's state), live (the server accepted a watch).", "informer", "moment")
+	m.partialRelists = d("partial_relists_total", "Relists (after a 410) answered with only the objects that changed, read one by one, instead of a list of every object (counted in relists_total too).", "informer")
 	m.catchup = d("catchup_pending_objects", "Objects a warm start's resumed watch must still bring before the cache is fresh.", "informer")
 	return m
 }
@@ -75,7 +76,7 @@ func (m *metrics) onCommit(info store.CommitInfo) {
 
 // Describe implements prometheus.Collector for the scrape-time metrics.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.objects, m.rvAge, m.size, m.depth, m.synced, m.events, m.relists, m.watches, m.watchErrors, m.start, m.undecodable, m.moment, m.catchup} {
+	for _, d := range []*prometheus.Desc{m.objects, m.rvAge, m.size, m.depth, m.synced, m.events, m.relists, m.watches, m.watchErrors, m.start, m.undecodable, m.moment, m.catchup, m.partialRelists} {
 		ch <- d
 	}
 }
@@ -103,6 +104,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		counter(m.events, float64(inf.counters.events.Load()), inf.name)
 		counter(m.relists, float64(inf.counters.relistsExpired.Load()), inf.name, "expired")
 		counter(m.relists, float64(inf.counters.relistsOther.Load()), inf.name, "other")
+		counter(m.partialRelists, float64(inf.counters.partialRelists.Load()), inf.name)
 		counter(m.undecodable, float64(inf.counters.undecodable.Load()), inf.name)
 		ws := inf.WatchStats()
 		counter(m.watches, float64(ws.Watches), inf.name)
@@ -140,4 +142,6 @@ type informerCounters struct {
 	// otherTimeline counts metadata lists older than the cache (a
 	// restored or replaced cluster), each answered by a relist.
 	otherTimeline atomic.Int64
+	// partialRelists counts relists answered with only what changed.
+	partialRelists atomic.Int64
 }

@@ -102,6 +102,14 @@ func (l *markingLW) ListWithContext(ctx context.Context, o metav1.ListOptions) (
 	return l.Source.ListWithContext(ctx, o)
 }
 
+// ListMetadata marks "list" too (detail "metadata"): a fresh start's diff,
+// and a partial relist's first request.
+func (l *markingLW) ListMetadata(ctx context.Context, o metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
+	l.env.Mark("list", "metadata")
+	l.once.Do(func() { close(l.listed) })
+	return l.Source.ListMetadata(ctx, o)
+}
+
 func (l *markingLW) Watch(o metav1.ListOptions) (watch.Interface, error) {
 	return l.WatchWithContext(context.Background(), o)
 }
@@ -151,9 +159,16 @@ func crashChild(ctx context.Context, env *crashtest.Env) error {
 	closeDB := func() error { return db.Close() }
 	defer func() { _ = closeDB() }()
 	lw := &markingLW{Source: src, env: env, listed: make(chan struct{})}
-	inf, err := db.NewInformer(informerName, lw, &corev1.Pod{}, 0, crashIndexers(env.BoolArg("extra")), &boltinformer.InformerOptions{
+	iopts := &boltinformer.InformerOptions{
 		Resource: "pods", ListOptions: env.Arg("listopts"), Memory: memoryMode(env.BoolArg("bounded")), CacheSize: 100,
-	})
+	}
+	fresh := env.BoolArg("fresh")
+	if fresh {
+		// Fresh resume: a metadata list diffed against the cache, and
+		// partial relists after a 410.
+		iopts.SyncPolicy, iopts.Metadata, iopts.Getter = boltinformer.SyncAfterFresh, lw, lw.Source
+	}
+	inf, err := db.NewInformer(informerName, lw, &corev1.Pod{}, 0, crashIndexers(env.BoolArg("extra")), iopts)
 	if err != nil {
 		return err
 	}
@@ -218,6 +233,9 @@ func crashChild(ctx context.Context, env *crashtest.Env) error {
 	}
 	if err := inf.Health().CommitError; err != "" {
 		return errors.New(err)
+	}
+	if h := inf.Health(); !h.Fresh {
+		return fmt.Errorf("caught up but not fresh: %+v", h)
 	}
 	closeDB = func() error { return nil }
 	if err := db.Close(); err != nil {
@@ -409,7 +427,9 @@ func (p *crashPlan) next(r *crashtest.Round) crashtest.Plan {
 			args["faults"] = "25"
 		}
 		args["bounded"] = strconv.FormatBool(rng.IntN(100) < 25)
+		args["fresh"] = strconv.FormatBool(rng.IntN(100) < 50)
 	} else {
+		args["fresh"] = "true"
 		args["verify"] = "true"
 	}
 	args["mode"] = mode
@@ -484,7 +504,7 @@ func TestCrashLoop(t *testing.T) {
 			// A warm start resumes the watch from the saved
 			// resourceVersion, without a LIST first.
 			for _, m := range r.Marks {
-				if !warm || (m.Name != "watch" && m.Name != "list") {
+				if !warm || (m.Name != "watch" && m.Name != "list") || m.Detail == "metadata" {
 					continue
 				}
 				if want := "rv=" + strconv.FormatInt(plan.view.rv, 10); m.Name != "watch" || m.Detail != want {

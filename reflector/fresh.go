@@ -7,6 +7,7 @@ import (
 	"iter"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 )
 
@@ -25,6 +26,23 @@ type MetadataListerFunc func(ctx context.Context, opts metav1.ListOptions) (*met
 // ListMetadata implements MetadataLister.
 func (f MetadataListerFunc) ListMetadata(ctx context.Context, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
 	return f(ctx, opts)
+}
+
+// ObjectGetter reads one object of an informer's resource (with its
+// selectors) as it was at an exact resourceVersion: a kube-apiserver
+// serves a LIST with a metadata.name field selector and
+// resourceVersionMatch=Exact. An object that did not exist then is a
+// NotFound error.
+type ObjectGetter interface {
+	GetAt(ctx context.Context, namespace, name, resourceVersion string) (runtime.Object, error)
+}
+
+// ObjectGetterFunc adapts a function to ObjectGetter.
+type ObjectGetterFunc func(ctx context.Context, namespace, name, resourceVersion string) (runtime.Object, error)
+
+// GetAt implements ObjectGetter.
+func (f ObjectGetterFunc) GetAt(ctx context.Context, namespace, name, resourceVersion string) (runtime.Object, error) {
+	return f(ctx, namespace, name, resourceVersion)
 }
 
 // ListAllMetadata lists every page of a consistent, most recent metadata
@@ -154,6 +172,18 @@ func (c *Catchup) WantKeys() []string {
 	out := make([]string, 0, len(c.want))
 	for k := range c.want {
 		out = append(out, k)
+	}
+	return out
+}
+
+// ChangedKeys are the pending keys that the list has (changed or created
+// since the cache's state), not those to be deleted.
+func (c *Catchup) ChangedKeys() []string {
+	out := make([]string, 0, len(c.want))
+	for k, rv := range c.want {
+		if rv != "" {
+			out = append(out, k)
+		}
 	}
 	return out
 }

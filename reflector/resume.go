@@ -26,6 +26,11 @@ type Options struct {
 	OnDiskAnswer func()
 	// Clock stamps events. Default: the real clock.
 	Clock clock.PassiveClock
+	// Relist, when set, may answer a relist (a List after the first, such
+	// as the one after a 410) in place of the server: it returns the list
+	// to hand the Reflector, or nil to let the server answer. Its error is
+	// the List's.
+	Relist func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error)
 }
 
 // Stats are what a ListerWatcher has seen.
@@ -50,6 +55,9 @@ type Stats struct {
 	Resumed bool
 	// RelistsRequested counts relists forced by RequestRelist.
 	RelistsRequested int64
+	// PartialRelists counts relists answered by Options.Relist (only what
+	// changed, fetched), not by a full list from the server.
+	PartialRelists int64
 	// TooLarge counts "Too large resource version" answers: the server is
 	// behind the resourceVersion asked for (a restored or replaced
 	// cluster, or a server that has not caught up yet).
@@ -70,6 +78,9 @@ type ListerWatcher struct {
 	// a WATCH request).
 	watchingCh   chan struct{}
 	watchingOnce sync.Once
+	// listedOnce is set by the first List (from disk or the server):
+	// later ones are relists.
+	listedOnce atomic.Bool
 	// latest makes the next server List a consistent read of the most
 	// recent state (resourceVersion ""), whatever the Reflector asks for.
 	latest atomic.Bool
@@ -212,6 +223,7 @@ func (lw *ListerWatcher) List(options metav1.ListOptions) (runtime.Object, error
 // every other call from the wrapped ListerWatcher.
 func (lw *ListerWatcher) ListWithContext(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
 	if lw.diskPending.CompareAndSwap(true, false) {
+		lw.listedOnce.Store(true)
 		objs := lw.opts.Snapshot()
 		list := &metav1.List{ListMeta: metav1.ListMeta{ResourceVersion: lw.opts.ResourceVersion}}
 		list.Items = make([]runtime.RawExtension, len(objs))
@@ -224,15 +236,28 @@ func (lw *ListerWatcher) ListWithContext(ctx context.Context, options metav1.Lis
 		}
 		return list, nil
 	}
-	lw.record(func(s *Stats) { s.Lists++ })
+	relist := lw.listedOnce.Load()
 	if options.Continue == "" && lw.latest.Swap(false) {
 		options.ResourceVersion, options.ResourceVersionMatch = "", ""
+	} else if relist && options.Continue == "" && lw.opts.Relist != nil {
+		obj, err := lw.opts.Relist(ctx, options)
+		if err != nil {
+			lw.recordError(err)
+			return nil, err
+		}
+		if obj != nil {
+			lw.record(func(s *Stats) { s.PartialRelists++ })
+			lw.markResumed()
+			return obj, nil
+		}
 	}
+	lw.record(func(s *Stats) { s.Lists++ })
 	obj, err := cache.ToListerWatcherWithContext(lw.inner).ListWithContext(ctx, options)
 	if err != nil {
 		lw.recordError(err)
 		return nil, err
 	}
+	lw.listedOnce.Store(true)
 	lw.markResumed()
 	return obj, nil
 }

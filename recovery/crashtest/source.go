@@ -34,8 +34,9 @@ type Event struct {
 // Calls counts the requests a Source has served.
 type Calls struct {
 	Lists, ListPages, Watches, Errors int
-	// MetadataLists counts ListMetadata calls that were served.
-	MetadataLists int
+	// MetadataLists counts ListMetadata calls that were served; Gets
+	// counts GetAt calls that were served.
+	MetadataLists, Gets int
 	// WatchRVs are the resourceVersions watches started from, in order.
 	WatchRVs []string
 	// Log is every request in order: "LIST rv=...", "WATCH rv=...".
@@ -438,6 +439,49 @@ func (s *Source) ListMetadata(_ context.Context, options metav1.ListOptions) (*m
 			ResourceVersion: m.GetResourceVersion(), Labels: m.GetLabels()}
 	}
 	return out, nil
+}
+
+// GetAt reads one object as it was at resourceVersion rv (what a
+// kube-apiserver serves for a LIST with a metadata.name field selector and
+// resourceVersionMatch=Exact): NotFound if it did not exist then, 410
+// Expired if rv is compacted or before the Source's base, "Too large" if
+// rv is in the future. It makes a Source a boltinformer ObjectGetter.
+func (s *Source) GetAt(_ context.Context, namespace, name, rv string) (runtime.Object, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls.Log = append(s.calls.Log, fmt.Sprintf("GET-AT %s/%s rv=%s", namespace, name, rv))
+	if s.down {
+		s.calls.Errors++
+		return nil, ErrOutage
+	}
+	at, err := strconv.ParseInt(rv, 10, 64)
+	if err != nil || at > s.rv {
+		s.calls.Errors++
+		return nil, tooLarge(rv, s.rv)
+	}
+	if at < s.compacted || at < s.baseRV {
+		s.calls.Errors++
+		return nil, apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", at, max(s.compacted, s.baseRV)))
+	}
+	s.calls.Gets++
+	key := name
+	if namespace != "" {
+		key = namespace + "/" + name
+	}
+	obj, ok := s.base[key]
+	for _, e := range s.history {
+		if e.RV > at {
+			break
+		}
+		if e.Key != key {
+			continue
+		}
+		obj, ok = e.Object, e.Type != watch.Deleted
+	}
+	if !ok {
+		return nil, apierrors.NewNotFound(schema.GroupResource{}, key)
+	}
+	return obj.DeepCopyObject(), nil
 }
 
 func continueRV(token string) string {
