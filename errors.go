@@ -3,6 +3,8 @@ package boltinformer
 import (
 	"errors"
 	"fmt"
+
+	"github.com/boltinformer/boltinformer/indexer"
 )
 
 var (
@@ -14,6 +16,12 @@ var (
 	ErrInformerExists = errors.New("boltinformer: informer name already in use")
 	// ErrClosed means the DB was used after Close.
 	ErrClosed = errors.New("boltinformer: DB is closed")
+	// ErrEncryptionKey means an informer's Keyring (or its absence) does
+	// not open the payloads the file holds for it: a key id the keyring
+	// lacks, a wrong key under the right id, or sealed payloads and no
+	// keyring. A configuration error: NewInformer returns it and leaves the
+	// file untouched (no copy, no cold start). It is indexer.ErrEncryptionKey.
+	ErrEncryptionKey = indexer.ErrEncryptionKey
 )
 
 // clientGoError is an error whose text is client-go's, word for word

@@ -7,6 +7,7 @@ package boltinformer_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -33,7 +34,7 @@ func testKeyring(id string, fill byte) *boltinformer.Keyring {
 
 func testSecret(i int) *corev1.Secret {
 	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "s" + string(rune('a'+i)), UID: types.UID("uid-s" + string(rune('a'+i))), ResourceVersion: "10"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: fmt.Sprintf("s%04d", i), UID: types.UID(fmt.Sprintf("uid-s%04d", i)), ResourceVersion: "10"},
 		Data:       map[string][]byte{"password": []byte(secretPlaintext)},
 	}
 	return s

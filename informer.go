@@ -103,7 +103,16 @@ type InformerOptions struct {
 	// decoded objects in the bounded LRU.
 	Memory    indexer.Mode
 	CacheSize int
-	// Keyring encrypts payloads at rest (e.g. for Secrets).
+	// Keyring encrypts payloads at rest (e.g. for Secrets). A warm start
+	// checks it against the file: payloads it cannot open (a key id it
+	// lacks, another key under the same id, or sealed payloads and no
+	// Keyring) make NewInformer fail with ErrEncryptionKey, touching
+	// nothing; records sealed with another key id than Current, or not
+	// sealed, are rewritten with Current before NewInformer returns
+	// (decision reason "resealed"), so plaintext does not stay on disk
+	// once a keyring is given and a rotated-out key can be dropped after
+	// one start. Current "" rewrites sealed records in plaintext: how to
+	// stop encrypting.
 	Keyring *Keyring
 	// Logger; default the DB's.
 	Logger *klog.Logger
@@ -262,6 +271,10 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 	}
 	if err != nil {
 		return nil, fmt.Errorf("boltinformer: informer %q: %w", name, err)
+	}
+	if n := idx.Resealed(); n > 0 {
+		decision.Reason = recovery.ReasonResealed
+		decision.Detail += fmt.Sprintf("; rewrote %d records for the keyring", n)
 	}
 	inf := &Informer{
 		db:                              db,

@@ -14,6 +14,12 @@ var (
 	ErrIndexConflict = errors.New("indexer: indexer conflict")
 	// ErrNoIndex means a query named an index that does not exist.
 	ErrNoIndex = errors.New("indexer: index does not exist")
+	// ErrEncryptionKey means the keyring given (or its absence) does not
+	// open the payloads the file holds for the informer: a key id the
+	// keyring lacks, a key that is not the one they were sealed with, or
+	// sealed payloads and no keyring. A configuration error, not damage:
+	// Open leaves the file untouched.
+	ErrEncryptionKey = errors.New("indexer: the keyring does not open the cache file's sealed payloads")
 )
 
 // clientGoError is an error whose text is client-go's indexer's, word for

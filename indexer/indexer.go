@@ -49,7 +49,13 @@ type Options struct {
 	CacheSize int
 	// KeyFunc makes the store key. Default: cache.DeletionHandlingMetaNamespaceKeyFunc.
 	KeyFunc cache.KeyFunc
-	// Keyring, when set, encrypts payloads at rest (AES-GCM).
+	// Keyring, when set, encrypts payloads at rest (AES-GCM). A warm load
+	// checks it against the file: a payload sealed with a key id it lacks
+	// or with another key (or a sealed payload and no keyring) makes Open
+	// fail with ErrEncryptionKey, leaving the file untouched; records of
+	// another key id than Current (plaintext records included, and sealed
+	// ones when Current is "") are rewritten with Current in the file
+	// before Open returns.
 	Keyring *codec.Keyring
 	// ForceJSON stores typed objects as JSON instead of protobuf.
 	ForceJSON bool
@@ -124,6 +130,7 @@ type Indexer struct {
 	db      *store.DB
 	name    string
 	codec   *codec.Codec
+	keyring *codec.Keyring // the codec's, for messages
 	keyFunc cache.KeyFunc
 	bounded bool
 	logger  klog.Logger
@@ -165,6 +172,7 @@ type Indexer struct {
 	listed      bool // a Replace (complete list) since the last batch taken
 	drop        []string
 	saved       store.State // the state record last committed or loaded
+	resealed    int         // records the load rewrote for the keyring
 	commitErr   error
 	closed      bool
 
@@ -187,7 +195,10 @@ var (
 // Open loads (unless opts.Fresh) the informer name from db and returns its
 // indexer. Index names that the file lacks are rebuilt from the objects;
 // index buckets no longer named in indexers are dropped. A record that does
-// not decode makes Open fail with an error wrapping store.ErrCorrupt.
+// not decode makes Open fail with an error wrapping store.ErrCorrupt; one
+// that the keyring does not open, with an error wrapping ErrEncryptionKey.
+// Records whose encryption key id is not the keyring's current one are
+// resealed with it (see Options.Keyring).
 func Open(db *store.DB, name string, indexers cache.Indexers, opts *Options) (*Indexer, error) {
 	if opts == nil || opts.Example == nil {
 		return nil, errors.New("indexer: Options.Example is required")
@@ -203,6 +214,7 @@ func Open(db *store.DB, name string, indexers cache.Indexers, opts *Options) (*I
 		db:       db,
 		name:     name,
 		codec:    c,
+		keyring:  opts.Keyring,
 		keyFunc:  opts.KeyFunc,
 		bounded:  opts.Mode == Bounded,
 		items:    map[string]*item{},

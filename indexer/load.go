@@ -159,13 +159,14 @@ func (x *Indexer) load(useSnapshot bool) error {
 	if st == nil {
 		return nil
 	}
-	var probes []string
+	var probes, probeIDs, stale []string
 	if sn != nil {
-		keys, probes = x.installSnapshot(sn)
+		keys, probes, probeIDs, stale = x.installSnapshot(sn)
 	} else {
 		items := make([]item, len(keys)) // one allocation for all
 		x.items = make(map[string]*item, len(keys))
 		keyIDs := map[string]bool{}
+		want := x.codec.KeyID()
 		for i, key := range keys {
 			e := &envs[i]
 			if e.err != nil {
@@ -174,6 +175,10 @@ func (x *Indexer) load(useSnapshot bool) error {
 			if !keyIDs[e.keyID] {
 				keyIDs[e.keyID] = true
 				probes = append(probes, key)
+				probeIDs = append(probeIDs, e.keyID)
+			}
+			if e.keyID != want {
+				stale = append(stale, key)
 			}
 			it := &items[i]
 			*it = item{rv: e.rv, uid: e.uid, vals: e.vals, valNames: x.idx.names, lazy: !x.bounded}
@@ -191,6 +196,9 @@ func (x *Indexer) load(useSnapshot bool) error {
 			return fmt.Errorf("indexer %q: load %s: %w", x.name, x.db.Path(), err)
 		}
 		for i, k := range probes {
+			if errs[i] != nil && (errors.Is(errs[i], codec.ErrWrongKey) || errors.Is(errs[i], codec.ErrEncrypted)) {
+				return x.keyringError(k, probeIDs[i], errs[i])
+			}
 			if errs[i] == nil && !x.bounded {
 				errs[i] = x.matchLoaded(k, x.items[k], objs[i])
 			}
@@ -201,6 +209,11 @@ func (x *Indexer) load(useSnapshot bool) error {
 				x.objs[k] = objs[i]
 				x.clearLazyLocked(x.items[k])
 			}
+		}
+	}
+	if len(stale) > 0 {
+		if err := x.reseal(stale); err != nil {
+			return err
 		}
 	}
 	x.saved = *st
@@ -241,18 +254,24 @@ func (x *Indexer) load(useSnapshot bool) error {
 }
 
 // installSnapshot makes the items and index sets of a Full load from an
-// envelope snapshot, and returns the keys in file order and the keys to
-// probe (the first of each encryption key id). Each index value's set is
+// envelope snapshot, and returns the keys in file order, the keys to probe
+// (the first of each encryption key id) with their key ids, and the keys
+// whose key id is not the codec's (to reseal). Each index value's set is
 // made at its final size, and the sets are built in parallel.
-func (x *Indexer) installSnapshot(sn *store.Snapshot) (keys, probes []string) {
+func (x *Indexer) installSnapshot(sn *store.Snapshot) (keys, probes, probeIDs, stale []string) {
 	n := len(sn.Keys)
 	items := make([]item, n) // one allocation for all
 	x.items = make(map[string]*item, n)
 	keyIDs := map[string]bool{}
+	want := x.codec.KeyID()
 	for i, key := range sn.Keys {
 		if id := sn.KeyIDs[i]; !keyIDs[id] {
 			keyIDs[id] = true
 			probes = append(probes, key)
+			probeIDs = append(probeIDs, id)
+		}
+		if sn.KeyIDs[i] != want {
+			stale = append(stale, key)
 		}
 		items[i] = item{rv: sn.ResourceVersions[i], uid: sn.UIDs[i], valNames: x.idx.names, lazy: true}
 		x.items[key] = &items[i]
@@ -319,7 +338,7 @@ func (x *Indexer) installSnapshot(sn *store.Snapshot) (keys, probes []string) {
 			tasks[t].idx[tasks[t].v.Value] = set
 		}
 	}
-	return sn.Keys, probes
+	return sn.Keys, probes, probeIDs, stale
 }
 
 // fetchLocked returns the object of key in Bounded mode: a pending write,

@@ -139,6 +139,11 @@ const (
 	ReasonListOptions = "list-options"
 	ReasonTransform   = "transform"
 	ReasonCorrupt     = "corrupt-file"
+	// ReasonResealed is a warm start that first rewrote records of the
+	// file whose encryption key id was not the keyring's current one
+	// (plaintext records of an informer now given a keyring, a rotated-out
+	// key, or sealed records with a decrypt-only keyring).
+	ReasonResealed = "resealed"
 )
 
 // Decide compares an informer's saved state (nil when the file has none)
