@@ -64,8 +64,14 @@ type InformerOptions struct {
 	// UID). A file saved for another cluster is not resumed. "" skips the
 	// check.
 	ClusterID string
-	// Resource names what lw lists, e.g. "pods"; part of the identity.
-	// Default: the example object's kind.
+	// Resource names what lw lists; part of the identity: a file saved
+	// under another Resource is not resumed. A Factory sets the
+	// GroupVersionResource ("/v1, Resource=pods"). Default:
+	// DefaultResource(example), the kind ("/v1, Kind=Pod"; unstructured and
+	// metadata-only examples by their apiVersion and kind). A file saved
+	// under the default of earlier versions, the example's Go type
+	// ("*v1.Pod"), is resumed by an informer of that type that leaves
+	// Resource "", and saved under the kind at its next commit.
 	Resource string
 	// ListOptions fingerprints lw's selectors (see ListOptionsFingerprint);
 	// a file saved with other selectors is not resumed.
@@ -209,8 +215,9 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		base = *o.Logger
 	}
 	logger := base.WithValues("informer", name)
-	if o.Resource == "" {
-		o.Resource = fmt.Sprintf("%T", example)
+	defaultResource := o.Resource == ""
+	if defaultResource {
+		o.Resource = DefaultResource(example)
 	}
 	identity := store.State{ClusterID: o.ClusterID, Resource: o.Resource, ListOptions: o.ListOptions, Transform: o.TransformID}
 	var saved *store.State
@@ -219,7 +226,17 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		saved, err = tx.State(name)
 		return err
 	})
-	decision := recovery.Decide(saved, identity)
+	decide := identity
+	legacy := defaultResource && saved != nil && saved.Resource != identity.Resource && saved.Resource == goTypeResource(example)
+	if legacy {
+		// Saved under the old default Resource (the Go type): the same
+		// informer. Resume it; the next commit writes the kind.
+		decide.Resource = saved.Resource
+	}
+	decision := recovery.Decide(saved, decide)
+	if legacy && decision.Warm {
+		decision.Detail += fmt.Sprintf("; saved under the earlier default resource %q, now %q", saved.Resource, identity.Resource)
+	}
 	if decision.Warm && identity.ClusterID == "" {
 		// Offline, the identity could not be looked up: keep the saved one
 		// rather than erase it with the next commit.
