@@ -1,9 +1,10 @@
 package boltinformer_test
 
-// The differential test of invariant 3: the same random stream of adds,
-// updates, deletes, bookmarks, watch closures and 410s is fed to
-// client-go's shared informer and to ours (full and bounded memory), and
-// the final stores and every handler's event sequence must be equal.
+// The differential test of invariant 3 (docs/ARCHITECTURE.md): the same
+// random stream of adds, updates, deletes, bookmarks, watch closures and
+// 410s is fed to client-go's shared informer and to ours (full and bounded
+// memory), and the final stores and every handler's event sequence must be
+// equal.
 
 import (
 	"fmt"

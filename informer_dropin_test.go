@@ -1,7 +1,8 @@
 package boltinformer_test
 
-// Drop-in (invariant 3): the cache.SharedIndexInformer API behaves like
-// client-go's: every check runs against both.
+// Drop-in (invariant 3 of docs/ARCHITECTURE.md): the
+// cache.SharedIndexInformer API behaves like client-go's: every check runs
+// against both.
 
 import (
 	"context"

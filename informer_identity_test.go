@@ -1,8 +1,8 @@
 package boltinformer_test
 
-// Identity (invariant 5): a file saved for another cluster, resource, list
-// options or transform is not resumed; the informer cold-starts, and the
-// old objects stay on disk until the new list commits.
+// Identity (invariant 5 of docs/ARCHITECTURE.md): a file saved for another
+// cluster, resource, list options or transform is not resumed; the informer
+// cold-starts, and the old objects stay on disk until the new list commits.
 
 import (
 	"context"

@@ -14,8 +14,9 @@ import (
 // outside its memory map (SIGSEGV/SIGBUS, which a recover cannot catch),
 // recurse forever on a cycle (a fatal stack overflow) or loop over four
 // billion overflow pages in Tx.Check. A torn or corrupt file must be an
-// error, never a crash (DESIGN invariant 6), so Open proves here that every
-// page bbolt can reach lies inside the file and that the tree is a tree.
+// error, never a crash (invariant 6 of docs/ARCHITECTURE.md), so Open
+// proves here that every page bbolt can reach lies inside the file and that
+// the tree is a tree.
 //
 // It checks, for the meta page bbolt will use (the valid one with the
 // higher txid): the high-water mark fits in the file; the root bucket's

@@ -53,10 +53,11 @@
 //		})
 //	}
 //
-// VerifyFile (and VerifyDB on an open store) check invariant 1 of the
-// design: the file opens, store.DB.Check is clean, and the objects on disk
-// are exactly the truth at the saved resourceVersion, index values
-// included. Compare checks an in-memory cache the same way.
+// VerifyFile (and VerifyDB on an open store) check invariant 1 of
+// docs/ARCHITECTURE.md, the atomic resume point: the file opens,
+// store.DB.Check is clean, and the objects on disk are exactly the truth at
+// the saved resourceVersion, index values included. Compare checks an
+// in-memory cache the same way.
 //
 // The kit never opens a network connection. recovery's crash loop test
 // (crashloop_test.go) is the complete example; docs/RELIABILITY.md

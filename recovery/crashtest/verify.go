@@ -79,14 +79,14 @@ func VerifyFile(path, informer string, truth func(rv int64) map[string]runtime.O
 
 // VerifyDB checks the informer's saved state in db (what is on disk, not
 // what an informer holds in memory) against the truth, invariant 1 of
-// DESIGN.md: store.DB.Check finds nothing; with r the saved
-// resourceVersion, the objects are exactly truth(r): the same keys (no
-// lost or phantom object), each with the true resourceVersion and UID (no
-// stale one), payloads that decode to the true object (for Sample of
-// them), and stored index values equal to the index functions applied to
-// the true object. An informer without a state record must have no
-// objects. It returns what it found, and an error wrapping ErrMismatch
-// (or the check's error) listing the differences.
+// docs/ARCHITECTURE.md (the atomic resume point): store.DB.Check finds
+// nothing; with r the saved resourceVersion, the objects are exactly
+// truth(r): the same keys (no lost or phantom object), each with the true
+// resourceVersion and UID (no stale one), payloads that decode to the true
+// object (for Sample of them), and stored index values equal to the index
+// functions applied to the true object. An informer without a state record
+// must have no objects. It returns what it found, and an error wrapping
+// ErrMismatch (or the check's error) listing the differences.
 func VerifyDB(db *store.DB, informer string, truth func(rv int64) map[string]runtime.Object, opts *VerifyOptions) (*FileState, error) {
 	o := VerifyOptions{}
 	if opts != nil {
