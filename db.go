@@ -75,7 +75,7 @@ type DB struct {
 
 	failOnCorrupt bool
 
-	// mu guards informers, reserved and closed. Lock order: mu is a
+	// mu guards informers, reserved, releaseErrs and closed. Lock order: mu is a
 	// leaf (no other lock is taken while it is held).
 	mu        sync.Mutex
 	informers map[string]*Informer
@@ -84,6 +84,9 @@ type DB struct {
 	// refused call touches nothing. building counts them: Close waits
 	// for them before it stops the commit loop.
 	reserved map[string]struct{}
+	// releaseErrs are the errors of closing stopped informers' indexers
+	// (unregister), which Close returns.
+	releaseErrs []error
 	building sync.WaitGroup
 	closed   bool
 }
@@ -215,7 +218,8 @@ func (db *DB) Close() error {
 	db.closed = true
 	db.mu.Unlock()
 	// An informer being built joins the commit loop and the informers
-	// Close closes, or gives its name back, before the loop stops.
+	// Close closes, or gives its name back, before the loop stops; a
+	// stopped informer's indexer being closed (unregister) finishes.
 	db.building.Wait()
 	db.stop()
 	<-db.done // Run's exit includes a final flush
@@ -227,9 +231,11 @@ func (db *DB) Close() error {
 	// Closing an indexer flushes the shared committer (the first one
 	// writes whatever is left for all) and stops its background decoding,
 	// which reads the file.
-	var flushErr error
+	db.mu.Lock()
+	flushErr := errors.Join(db.releaseErrs...)
+	db.mu.Unlock()
 	for _, inf := range db.snapshotInformers() {
-		if err := inf.indexer.Close(); err != nil && flushErr == nil {
+		if err := inf.closeIndexer(); err != nil && flushErr == nil {
 			flushErr = err
 		}
 	}
@@ -272,6 +278,33 @@ func (db *DB) reserve(name string) error {
 	db.reserved[name] = struct{}{}
 	db.building.Add(1)
 	return nil
+}
+
+// unregister releases inf's name once its Run has returned: its indexer is
+// closed (flushed, its envelope snapshot written, out of the commit loop;
+// it still serves reads) and a new informer of the same name may be built,
+// which resumes from what inf wrote (controller-runtime's RemoveInformer
+// and re-creation).
+func (db *DB) unregister(inf *Informer) {
+	db.mu.Lock()
+	if db.closed {
+		db.mu.Unlock()
+		return // Close closes (or has closed) the indexer with the file
+	}
+	if db.informers[inf.name] == inf {
+		delete(db.informers, inf.name)
+	}
+	db.building.Add(1) // Close waits for the indexer's close
+	db.mu.Unlock()
+	defer db.building.Done()
+	if err := inf.closeIndexer(); err != nil {
+		// Its last flush failed: the file holds its last commit. Close
+		// reports it too, as it would have had the informer still run.
+		inf.logger.Error(err, "Closing the stopped informer's indexer")
+		db.mu.Lock()
+		db.releaseErrs = append(db.releaseErrs, err)
+		db.mu.Unlock()
+	}
 }
 
 // release gives back a reserved name whose informer was not built.

@@ -101,6 +101,14 @@ type InformerOptions struct {
 	// 0 means DefaultPartialRelistRatio; negative turns partial relists
 	// off.
 	PartialRelistRatio float64
+	// ReplayDownDeletes makes every handler added after Run first get
+	// OnDelete for each object deleted while the informer was down (the
+	// deletes a warm start's catch-up or relist applied before it was
+	// fresh), then its initial adds: a controller that registers its
+	// handlers only once the caches have synced (controller-runtime) hears
+	// about them, as it would have live. Handlers added before Run get
+	// those deletes as they happen.
+	ReplayDownDeletes bool
 	// FreshTimeout bounds SyncAfterFresh's wait: after this long without
 	// being fresh (the server unreachable), HasSynced reports true and the
 	// cache serves what it loaded (Health.Stale). 0 waits for Fresh.
@@ -147,6 +155,15 @@ type Informer struct {
 	partial             atomic.Pointer[partialAnswer] // the next ReplacedAll is a partial relist
 	freshTimeout        time.Duration
 	freshSt             freshState
+	// downDeletes are the deletes applied before a warm start was fresh,
+	// replayed to late handlers (ReplayDownDeletes); guarded by
+	// blockDeltas.
+	replayDeletes bool
+	downDeletes   []processor.Notification
+	// closeOnce closes the indexer once: when Run returns (the name is
+	// released) or when the DB closes.
+	closeOnce sync.Once
+	closeErr  error
 	runStarted          atomic.Int64 // UnixNano when Run started
 	// initialDone is closed once a warm start has queued the disk objects
 	// to the handlers registered before Run (at once for a cold start);
@@ -307,6 +324,7 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		getter:                          o.Getter,
 		partialRatio:                    cmp.Or(o.PartialRelistRatio, DefaultPartialRelistRatio),
 		freshTimeout:                    o.FreshTimeout,
+		replayDeletes:                   o.ReplayDownDeletes,
 		loaded:                          newMoment("loaded"),
 		fresh:                           newMoment("fresh"),
 		live:                            newMoment("live"),
@@ -327,6 +345,12 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		logger.Info("Cold start", "reason", decision.Reason, "detail", decision.Detail)
 	}
 	return inf, nil
+}
+
+// closeIndexer closes the indexer once (Run's return, or DB.Close).
+func (s *Informer) closeIndexer() error {
+	s.closeOnce.Do(func() { s.closeErr = s.indexer.Close() })
+	return s.closeErr
 }
 
 // Name returns the informer's name in the file.
@@ -381,6 +405,7 @@ func (s *Informer) RunWithContext(ctx context.Context) {
 		if err := s.indexer.Flush(context.Background()); err != nil {
 			s.logger.Error(err, "Final flush failed; the next start resumes from the last commit")
 		}
+		s.db.unregister(s)
 	}()
 	wg.StartWithContext(processorCtx, s.processor.Run)
 	wg.Start(func() { s.distributeInitial(initial) })
@@ -712,6 +737,7 @@ func (s *Informer) AddEventHandlerWithOptions(handler cache.ResourceEventHandler
 	s.lockAfterInitial()
 	defer s.blockDeltas.Unlock()
 	items := s.indexer.List()
+	lopts.Before = s.downDeletes
 	lopts.InitialList = func(yield func(any) bool) {
 		for _, it := range items {
 			if !yield(it) {
@@ -822,7 +848,7 @@ func (s *Informer) processDeltasLocked(deltas cache.Deltas, isInInitialList bool
 				return err
 			}
 			s.notifyObjectLocked(ChangeDelete, obj)
-			s.processor.Distribute(processor.DeleteNotification{Old: obj}, false)
+			s.distributeDeleteLocked(processor.DeleteNotification{Old: obj})
 			s.observeDeltaLocked(d)
 		case cache.Bookmark:
 			info, ok := obj.(cache.BookmarkInfo)
@@ -891,7 +917,7 @@ func (s *Informer) replaceAllLocked(info cache.ReplacedAllInfo, isInInitialList 
 	}
 	s.notifyLocked(Change{Type: ChangeReplace, Objects: info.Objects, ResourceVersion: info.ResourceVersion})
 	for _, d := range deletions {
-		s.processor.Distribute(processor.DeleteNotification{Old: d}, false)
+		s.distributeDeleteLocked(processor.DeleteNotification{Old: d})
 	}
 	for _, r := range replacements {
 		if r.old != nil {
@@ -926,7 +952,7 @@ func (s *Informer) patchLocked(info cache.ReplacedAllInfo, p *partialAnswer, isI
 	}
 	err := s.indexer.Patch(info.Objects, p.gone, info.ResourceVersion)
 	for _, d := range deletions {
-		s.processor.Distribute(processor.DeleteNotification{Old: d}, false)
+		s.distributeDeleteLocked(processor.DeleteNotification{Old: d})
 	}
 	for _, r := range replacements {
 		if r.old != nil {
@@ -988,14 +1014,14 @@ func (s *Informer) handleBatchDeltas(deltas []cache.Delta, isInInitialList bool)
 	if terr := s.indexer.Transaction(txns...); terr != nil {
 		for _, i := range terr.SuccessfulIndices {
 			s.notifyDeltaLocked(deltas[i])
-			s.processor.Distribute(notes[i], syncs[i])
+			s.distributeLocked(notes[i], syncs[i])
 			s.observeDeltaLocked(deltas[i])
 		}
 		return fmt.Errorf("boltinformer: not all items in the batch successfully processed: %s", terr.Error())
 	}
 	for i, n := range notes {
 		s.notifyDeltaLocked(deltas[i])
-		s.processor.Distribute(n, syncs[i])
+		s.distributeLocked(n, syncs[i])
 	}
 	if s.freshSt.catchup != nil {
 		for _, d := range deltas {
@@ -1003,6 +1029,26 @@ func (s *Informer) handleBatchDeltas(deltas []cache.Delta, isInInitialList bool)
 		}
 	}
 	return nil
+}
+
+// distributeLocked distributes n (a delete through
+// distributeDeleteLocked). Caller holds blockDeltas.
+func (s *Informer) distributeLocked(n processor.Notification, sync bool) {
+	if d, ok := n.(processor.DeleteNotification); ok {
+		s.distributeDeleteLocked(d)
+		return
+	}
+	s.processor.Distribute(n, sync)
+}
+
+// distributeDeleteLocked distributes a delete, and keeps it for handlers
+// added later when it happened before a warm start was fresh
+// (ReplayDownDeletes). Caller holds blockDeltas.
+func (s *Informer) distributeDeleteLocked(n processor.DeleteNotification) {
+	s.processor.Distribute(n, false)
+	if s.replayDeletes && s.decision.Warm && !s.fresh.reached() {
+		s.downDeletes = append(s.downDeletes, n)
+	}
 }
 
 // observeDeltaLocked notes an applied watch delta for the catch-up of a

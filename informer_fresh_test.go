@@ -335,3 +335,91 @@ func TestPartialRelistAfter410(t *testing.T) {
 		})
 	}
 }
+
+// TestReplayDownDeletes: a handler added only once the cache is fresh (as
+// controller-runtime adds its controllers' handlers) hears about the
+// objects deleted while the informer was down, with ReplayDownDeletes:
+// their deletes first, then the initial adds of what exists.
+func TestReplayDownDeletes(t *testing.T) {
+	for _, replay := range []bool{false, true} {
+		t.Run(fmt.Sprintf("replay=%t", replay), func(t *testing.T) {
+			f := newCacheFile(t, 20)
+			keys := sortedKeys(f.src.Objects())
+			for _, k := range keys[:3] {
+				if err := f.src.Delete(k); err != nil {
+					t.Fatal(err)
+				}
+			}
+			db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			inf, err := db.NewInformer("pods", f.src, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{
+				SyncPolicy: boltinformer.SyncAfterFresh, Metadata: f.src, ReplayDownDeletes: replay})
+			if err != nil {
+				t.Fatal(err)
+			}
+			runInformer(t, inf)
+			waitFor(t, "HasSynced", inf.HasSynced)
+			late := newEvRecorder("late")
+			reg, err := inf.AddEventHandler(late)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the late handler's sync", reg.HasSynced)
+			var deletes, adds []string
+			for _, e := range late.events() {
+				switch e.Kind {
+				case "delete":
+					if len(adds) > 0 {
+						t.Fatalf("a delete after the initial adds: %v", late.events())
+					}
+					deletes = append(deletes, e.Key)
+				case "add":
+					adds = append(adds, e.Key)
+				}
+			}
+			want := 0
+			if replay {
+				want = 3
+			}
+			if len(deletes) != want || len(adds) != 17 {
+				t.Fatalf("late handler: %d deletes %v, %d adds; want %d and 17", len(deletes), deletes, len(adds), want)
+			}
+		})
+	}
+}
+
+// TestRegressionRecreateAfterStop: once an informer's Run has returned, its
+// name is free: the same informer can be built again on the open DB (what
+// controller-runtime's RemoveInformer and a later Get of the same kind
+// do), and resumes warm from what the first one wrote.
+func TestRegressionRecreateAfterStop(t *testing.T) {
+	f := newCacheFile(t, 10)
+	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	inf, err := db.NewInformer("pods", f.src, &corev1.Pod{}, 0, podIndexers(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runInformer(t, inf)
+	waitFor(t, "HasSynced", inf.HasSynced)
+	if _, err := f.src.Create(testobj.Pod(99, 3, 2, "")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new Pod", func() bool { return inf.Indexer().Len() == 11 })
+	stop()
+	again, err := db.NewInformer("pods", f.src, &corev1.Pod{}, 0, podIndexers(), nil)
+	if err != nil {
+		t.Fatalf("building the informer again after its Run returned: %v", err)
+	}
+	if !again.Decision().Warm || again.Indexer().Len() != 11 {
+		t.Fatalf("rebuilt informer: %+v with %d objects, want warm with 11", again.Decision(), again.Indexer().Len())
+	}
+	runInformer(t, again)
+	waitFor(t, "HasSynced", again.HasSynced)
+}

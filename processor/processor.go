@@ -63,6 +63,10 @@ type ListenerOptions struct {
 	// a handler is added while it runs (client-go lists its indexer for
 	// this), holding the lock that serializes it with Distribute.
 	InitialList iter.Seq[interface{}]
+	// Before, if not empty, are queued ahead of InitialList: the informer
+	// replays there the deletes a late handler would otherwise never hear
+	// of (the objects deleted while a warm-started informer was down).
+	Before []Notification
 }
 
 // runState is the lifecycle of a Processor; it only moves forward.
@@ -184,6 +188,9 @@ func (p *Processor) AddListener(handler cache.ResourceEventHandler, opts Listene
 	// Queued before the listener is published, so no goroutine of the
 	// listener runs yet and its sync watch cannot start before the initial
 	// list is counted.
+	for _, n := range opts.Before {
+		l.enqueue(n)
+	}
 	if opts.InitialList != nil {
 		for obj := range opts.InitialList {
 			l.enqueue(AddNotification{Obj: obj, InInitialList: true})
