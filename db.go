@@ -87,8 +87,8 @@ type DB struct {
 	// releaseErrs are the errors of closing stopped informers' indexers
 	// (unregister), which Close returns.
 	releaseErrs []error
-	building sync.WaitGroup
-	closed   bool
+	building    sync.WaitGroup
+	closed      bool
 }
 
 // Open opens (or creates) the cache file at path and starts its commit

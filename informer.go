@@ -162,9 +162,9 @@ type Informer struct {
 	downDeletes   []processor.Notification
 	// closeOnce closes the indexer once: when Run returns (the name is
 	// released) or when the DB closes.
-	closeOnce sync.Once
-	closeErr  error
-	runStarted          atomic.Int64 // UnixNano when Run started
+	closeOnce  sync.Once
+	closeErr   error
+	runStarted atomic.Int64 // UnixNano when Run started
 	// initialDone is closed once a warm start has queued the disk objects
 	// to the handlers registered before Run (at once for a cold start);
 	// handlersSynced once synced and initialDone are both closed: the
