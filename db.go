@@ -47,7 +47,12 @@ type Options struct {
 	InitialMmapSize int
 	// Logger; default klog.Background().
 	Logger *klog.Logger
-	// Clock; default the real clock.
+	// Clock drives every timer of the DB and its informers: the group
+	// commit's delay, the reflector's backoff after a failed list or
+	// watch and its resync timer, the handlers' resync periods and the
+	// pause after a recovered handler panic, and the times stamped in
+	// state records and health. Default the real clock. A fake clock
+	// (k8s.io/utils/clock/testing) lets a test step through all of them.
 	Clock clock.WithTicker
 	// BeforeCommit is a test hook called inside every write transaction;
 	// an error aborts the commit (see store.Options.BeforeCommit).

@@ -449,7 +449,7 @@ func (s *Informer) start(ctx context.Context) (bool, error) {
 		UnlockWhileProcessing: true,
 		EmitDeltaTypeBookmark: true,
 	})
-	s.controller = cache.New(&cache.Config{
+	s.controller = newController(fmt.Sprintf("boltinformer %s", s.name), &cache.Config{
 		Queue:                        fifo,
 		ListerWatcher:                s.resume,
 		ObjectType:                   s.objectType,
@@ -459,7 +459,7 @@ func (s *Informer) start(ctx context.Context) (bool, error) {
 		Process:                      s.handleDeltas,
 		ProcessBatch:                 s.handleBatchDeltas,
 		WatchErrorHandlerWithContext: s.watchErrorHandler,
-	})
+	}, s.db.clock)
 	s.started = true
 	return s.decision.Warm && len(s.listeners) > 0, nil
 }
