@@ -38,7 +38,8 @@ type FactoryOptions struct {
 	// namespace's UID (with LookupTimeout); when the server cannot be
 	// reached, the identity check is skipped for this start (an offline
 	// agent trusts its file).
-	ClusterID     string
+	ClusterID string
+	// LookupTimeout bounds that lookup; default 3s.
 	LookupTimeout time.Duration
 	// Informer are the defaults for every informer (Memory, CacheSize,
 	// SyncPolicy, TransformID).

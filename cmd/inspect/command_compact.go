@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 	bolt "go.etcd.io/bbolt"
@@ -17,9 +18,9 @@ func (a *app) newCompactCommand() *cobra.Command {
 		Short: "Write a compacted copy of the file to OUT",
 		Long: `compact copies every bucket and key of FILE into a new file OUT (bbolt's
 Compact), which leaves out the free pages: the copy can be much smaller.
-FILE is not changed; OUT must not exist. The copy is checked (inspect check's
-store part) before compact reports success. To use it, stop the agent and
-move OUT over FILE.`,
+FILE is not changed; OUT must not exist. The copy is written to a temporary
+file next to OUT and becomes OUT only once it checks (inspect check's store
+part). To use it, stop the agent and move OUT over FILE.`,
 		Example: `  inspect compact /var/lib/agent/cache.db /var/lib/agent/cache.compact.db`,
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -44,21 +45,27 @@ func (a *app) compact(cmd *cobra.Command, path, out string, txMaxSize int64) (er
 		return err
 	}
 	defer db.Close()
-	created := false
+	// The copy is written to a temporary file next to OUT, which becomes
+	// OUT only once it checks: a copy cut short (an interrupt, a crash, a
+	// full disk) is a valid bbolt file holding part of the buckets, and
+	// must never be found as OUT.
+	tmp, err := a.createTemp(filepath.Dir(out), "."+filepath.Base(out)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("compact: %w", err)
+	}
+	tmpPath := tmp.Name()
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("compact: %w", err)
+	}
 	defer func() {
-		if err != nil && created {
-			_ = os.Remove(out)
-		}
+		_ = os.Remove(tmpPath) // OUT, once linked, is another name for it
+		a.forgetTemp(tmpPath)
 	}()
+	if a.pause != nil {
+		a.pause("compact")
+	}
 	err = db.Bolt(func(src *bolt.DB) error {
-		dst, err := bolt.Open(out, 0o600, &bolt.Options{
-			Timeout: a.timeout,
-			OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
-				f, err := os.OpenFile(name, flag|os.O_EXCL, mode) // never an existing file
-				created = created || err == nil
-				return f, err
-			},
-		})
+		dst, err := bolt.Open(tmpPath, 0o600, &bolt.Options{Timeout: a.timeout})
 		if err != nil {
 			return err
 		}
@@ -72,7 +79,7 @@ func (a *app) compact(cmd *cobra.Command, path, out string, txMaxSize int64) (er
 		return fmt.Errorf("compact %s to %s: %w", path, out, err)
 	}
 	// Prove the copy before anyone swaps it in.
-	cp, err := a.open(out)
+	cp, err := a.open(tmpPath)
 	if err != nil {
 		return fmt.Errorf("compact: the copy does not open: %w", err)
 	}
@@ -83,6 +90,13 @@ func (a *app) compact(cmd *cobra.Command, path, out string, txMaxSize int64) (er
 	}
 	if err != nil {
 		return fmt.Errorf("compact: the copy does not check (run inspect check %s: is it damaged?): %w", path, err)
+	}
+	// A link never replaces a file: OUT made meanwhile is kept.
+	if err := os.Link(tmpPath, out); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("compact: %s exists: give a new file", out)
+		}
+		return fmt.Errorf("compact: %w", err)
 	}
 	before, err := db.Size()
 	if err != nil {

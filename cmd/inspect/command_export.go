@@ -69,7 +69,7 @@ func (a *app) export(cmd *cobra.Command, path, informer string, o *exportOptions
 	defer db.Close()
 	out := cmd.OutOrStdout()
 	if o.outputFile != "" {
-		f, cerr := createOutput(path, o.outputFile)
+		f, cerr := a.createOutput(path, o.outputFile)
 		if cerr != nil {
 			return cerr
 		}
@@ -83,6 +83,7 @@ func (a *app) export(cmd *cobra.Command, path, informer string, o *exportOptions
 			if err != nil {
 				_ = os.Remove(f.Name()) // no partial export that looks complete
 			}
+			a.forgetTemp(f.Name())
 		}()
 		out = f
 	}
@@ -124,7 +125,13 @@ func (a *app) export(cmd *cobra.Command, path, informer string, o *exportOptions
 					envelopes++
 				}
 				bar.add(1)
-				return lw.add(obj)
+				if err := lw.add(obj); err != nil {
+					return err
+				}
+				if a.pause != nil && lw.n == 1 {
+					a.pause("export")
+				}
+				return nil
 			})
 			if err != nil {
 				bar.done()
@@ -147,14 +154,14 @@ func (a *app) export(cmd *cobra.Command, path, informer string, o *exportOptions
 
 // createOutput creates a temporary file next to the --output-file, which
 // replaces it once the export is complete. It refuses the cache file.
-func createOutput(cache, out string) (*os.File, error) {
+func (a *app) createOutput(cache, out string) (*os.File, error) {
 	if same, err := sameFile(cache, out); err != nil || same {
 		if err == nil {
 			err = errors.New("it is the cache file")
 		}
 		return nil, fmt.Errorf("--output-file %s: %w", out, err)
 	}
-	f, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".tmp-*")
+	f, err := a.createTemp(filepath.Dir(out), "."+filepath.Base(out)+".tmp-*")
 	if err != nil {
 		return nil, fmt.Errorf("--output-file: %w", err)
 	}

@@ -21,9 +21,23 @@ import (
 // holdLockEnv makes the test binary a lock holder (see holdLock).
 const holdLockEnv = "INSPECT_TEST_HOLD_LOCK"
 
+// mainArgsEnv makes the test binary run inspect's main with the
+// newline-separated arguments it holds, pausing at the first point of a
+// long command (app.pause) until a signal ends it.
+const mainArgsEnv = "INSPECT_TEST_MAIN_ARGS"
+
 func TestMain(m *testing.M) {
 	if path := os.Getenv(holdLockEnv); path != "" {
 		os.Exit(holdLock(path))
+	}
+	if args, ok := os.LookupEnv(mainArgsEnv); ok {
+		a := &app{now: time.Now, pause: func(point string) {
+			fmt.Fprintf(os.Stderr, "paused at %s\n", point)
+			for {
+				time.Sleep(time.Hour) // until the signal
+			}
+		}}
+		os.Exit(a.mainWithSignals(strings.Split(args, "\n"), os.Stdout, os.Stderr))
 	}
 	dir, err := os.MkdirTemp("", "inspect-test-")
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -32,6 +33,15 @@ type app struct {
 	keyFile string
 	// now is the clock of AGE columns (test hook).
 	now func() time.Time
+	// pause, when set, is called at points of the long commands ("export"
+	// after the first object, "compact" before the copy starts), with
+	// their partial output in place (test hook: the interrupt tests).
+	pause func(point string)
+
+	// tempsMu guards temps, the temporary files of running commands that
+	// an interrupt removes (mainWithSignals). Nothing is locked with it.
+	tempsMu sync.Mutex
+	temps   map[string]bool
 }
 
 // newRootCommand returns the inspect command with every verb.

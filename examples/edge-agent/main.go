@@ -45,7 +45,7 @@ func main() {
 	flag.StringVar(&c.namespace, "namespace", "edge", "namespace of the ConfigMaps and Secrets the agent needs")
 	flag.StringVar(&c.cachePath, "cache", "edge-agent.db", "the cache file")
 	flag.StringVar(&c.listen, "listen", "127.0.0.1:0", "loopback address for /metrics, /healthz and /status")
-	flag.StringVar(&c.keyFile, "secret-key-file", "", "file with a base64 AES key to encrypt cached Secrets (default: a key derived for the demo)")
+	flag.StringVar(&c.keyFile, "secret-key-file", "", "file with a base64 AES key to encrypt cached Secrets (default: the demo's fixed key, not a secret)")
 	flag.BoolVar(&c.report, "report", false, "print one JSON line with start timings and request counts once synced")
 	flag.BoolVar(&c.once, "once", false, "exit after the report (with -report)")
 	flag.DurationVar(&c.duration, "duration", 0, "run this long, then stop (0: until SIGTERM)")
