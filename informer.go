@@ -114,7 +114,8 @@ type InformerOptions struct {
 	// cache serves what it loaded (Health.Stale). 0 waits for Fresh.
 	FreshTimeout time.Duration
 	// Memory is FullMemory (default) or BoundedMemory, with CacheSize
-	// decoded objects in the bounded LRU.
+	// decoded objects in the bounded LRU (0: indexer.DefaultCacheSize,
+	// 1024).
 	Memory    indexer.Mode
 	CacheSize int
 	// Keyring encrypts payloads at rest (e.g. for Secrets). A warm start

@@ -45,7 +45,8 @@ type Options struct {
 	Example any
 	// Mode is Full (default) or Bounded.
 	Mode Mode
-	// CacheSize bounds the decoded objects of a Bounded indexer.
+	// CacheSize bounds the decoded objects of a Bounded indexer; 0 means
+	// DefaultCacheSize.
 	CacheSize int
 	// KeyFunc makes the store key. Default: cache.DeletionHandlingMetaNamespaceKeyFunc.
 	KeyFunc cache.KeyFunc

@@ -17,7 +17,8 @@
 // share a seed agree on every event and every state without talking:
 // History.StateAt(rv) is the truth for any resourceVersion a file holds,
 // History.Source(base, k) rebuilds the server as of k, and
-// History.Events(k, n) are the events to append live (Source.Apply).
+// History.Events(k, n) are the events k+1 through n, to append live
+// (Source.Apply).
 //
 // Run is the kill/restart harness. It re-executes the test binary
 // (os.Args[0] -test.run=^TestName$) with an environment variable that
