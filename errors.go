@@ -22,6 +22,13 @@ var (
 	// keyring. A configuration error: NewInformer returns it and leaves the
 	// file untouched (no copy, no cold start). It is indexer.ErrEncryptionKey.
 	ErrEncryptionKey = indexer.ErrEncryptionKey
+	// ErrClusterIdentity means NewFactory could not establish the cluster
+	// identity and the server was reachable (so the start is not offline):
+	// the kube-system lookup got an answer that is not the namespace (401,
+	// 403, 404, 5xx after retries) or a certificate the config does not
+	// trust. Set FactoryOptions.ClusterID, grant the read, or use
+	// IdentityEndpoint.
+	ErrClusterIdentity = errors.New("boltinformer: cluster identity not established")
 )
 
 // clientGoError is an error whose text is client-go's, word for word

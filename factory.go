@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,12 +33,18 @@ type FactoryOptions struct {
 	TweakListOptions func(*metav1.ListOptions)
 	// ResyncPeriod is the default handler resync period (0: none).
 	ResyncPeriod time.Duration
-	// ClusterID identifies the cluster. "" means: look up the kube-system
-	// namespace's UID (with LookupTimeout); when the server cannot be
-	// reached, the identity check is skipped for this start (an offline
-	// agent trusts its file).
+	// ClusterID identifies the cluster, as the caller knows it. "" means:
+	// as Identity says.
 	ClusterID string
-	// LookupTimeout bounds that lookup; default 3s.
+	// Identity selects the cluster identity when ClusterID is "":
+	// IdentityNamespaceUID (the default: the kube-system namespace's UID,
+	// read within LookupTimeout, unchecked when the server cannot be
+	// reached, an error when it answers otherwise) or IdentityEndpoint (a
+	// fingerprint of the server URL and CA bundle, no API call). See
+	// ClusterIdentity.
+	Identity ClusterIdentity
+	// LookupTimeout bounds the kube-system lookup, retries of 429 and 5xx
+	// answers included. Default 3s; negative is an error.
 	LookupTimeout time.Duration
 	// Informer are the defaults for every informer (Memory, CacheSize,
 	// SyncPolicy, TransformID).
@@ -94,6 +99,9 @@ func NewFactory(db *DB, config *rest.Config, opts *FactoryOptions) (*Factory, er
 	if o.LookupTimeout == 0 {
 		o.LookupTimeout = 3 * time.Second
 	}
+	if o.LookupTimeout < 0 {
+		return nil, fmt.Errorf("boltinformer: factory: LookupTimeout %s is negative", o.LookupTimeout)
+	}
 	keyrings, err := parseKeyrings(o.Keyrings)
 	if err != nil {
 		return nil, err
@@ -108,31 +116,26 @@ func NewFactory(db *DB, config *rest.Config, opts *FactoryOptions) (*Factory, er
 	}
 	f := &Factory{db: db, config: rest.CopyConfig(config), opts: o, keyrings: keyrings, dynamic: dc, meta: mc,
 		informers: map[string]*Informer{}, started: map[string]bool{}, matched: map[*keyringEntry]bool{}}
-	f.cluster = o.ClusterID
-	if f.cluster == "" {
-		f.cluster = f.lookupClusterID()
+	switch {
+	case o.ClusterID != "":
+		f.cluster = o.ClusterID
+	case o.Identity == IdentityNamespaceUID:
+		f.cluster, err = f.lookupClusterID()
+	case o.Identity == IdentityEndpoint:
+		f.cluster, err = EndpointIdentity(config)
+	default:
+		err = fmt.Errorf("boltinformer: factory: unknown Identity %v", o.Identity)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return f, nil
 }
 
-// ClusterID returns the cluster identity the factory's informers use ("" if
-// it could not be looked up).
+// ClusterID returns the cluster identity the factory's informers use: ""
+// when the server could not be reached to look it up (an offline start,
+// IdentityNamespaceUID), whose informers resume their files unchecked.
 func (f *Factory) ClusterID() string { return f.cluster }
-
-func (f *Factory) lookupClusterID() string {
-	rc, err := f.restClient(corev1.SchemeGroupVersion)
-	if err != nil {
-		return ""
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.opts.LookupTimeout)
-	defer cancel()
-	var ns corev1.Namespace
-	if err := rc.Get().Resource("namespaces").Name(metav1.NamespaceSystem).Do(ctx).Into(&ns); err != nil {
-		f.db.logger.Info("Cluster identity not verified (server unreachable?); resuming without the identity check", "err", err)
-		return ""
-	}
-	return string(ns.UID)
-}
 
 func (f *Factory) restClient(gv schema.GroupVersion) (*rest.RESTClient, error) {
 	cfg := rest.CopyConfig(f.config)

@@ -61,8 +61,9 @@ const (
 // the defaults.
 type InformerOptions struct {
 	// ClusterID identifies the cluster (e.g. the kube-system namespace
-	// UID). A file saved for another cluster is not resumed. "" skips the
-	// check.
+	// UID, or EndpointIdentity of the rest.Config). A file saved for
+	// another cluster is not resumed. "" skips the check (an offline start)
+	// and keeps the saved identity.
 	ClusterID string
 	// Resource names what lw lists; part of the identity: a file saved
 	// under another Resource is not resumed. A Factory sets the
