@@ -109,13 +109,16 @@ func recordPowerLoss(t *testing.T, dir string, cfg powerLossConfig) *powerloss.T
 // commit in flight at p.
 type acks struct {
 	ackBefore, nextAck []int64
-	count              int
+	// nextAt[p] is the index of the op of that next acknowledgement
+	// (len(ops): none).
+	nextAt []int
+	count  int
 }
 
 func traceAcks(t *testing.T, tr *powerloss.Trace) *acks {
 	t.Helper()
 	n := len(tr.Ops)
-	a := &acks{ackBefore: make([]int64, n+1), nextAck: make([]int64, n+1)}
+	a := &acks{ackBefore: make([]int64, n+1), nextAck: make([]int64, n+1), nextAt: make([]int, n+1)}
 	for i, op := range tr.Ops {
 		a.ackBefore[i+1] = a.ackBefore[i]
 		if op.Kind != powerloss.OpMark {
@@ -138,12 +141,12 @@ func traceAcks(t *testing.T, tr *powerloss.Trace) *acks {
 		a.ackBefore[i+1] = rv
 		a.count++
 	}
-	next := int64(-1)
+	next, at := int64(-1), n
 	for p := n; p >= 0; p-- {
 		if p < n && tr.Ops[p].Kind == powerloss.OpMark && a.ackBefore[p+1] != a.ackBefore[p] {
-			next = a.ackBefore[p+1]
+			next, at = a.ackBefore[p+1], p
 		}
-		a.nextAck[p] = next
+		a.nextAck[p], a.nextAt[p] = next, at
 	}
 	return a
 }
@@ -245,7 +248,7 @@ func checkState(s powerloss.State, path string, a *acks, h *crashtest.History, s
 		db, err := store.Open(path, &store.Options{Timeout: -1})
 		if err != nil {
 			if errors.Is(err, store.ErrCorrupt) && last == 0 {
-				v.corruptUnacked = true
+				v.corruptUnacked, v.err = true, err
 				return v
 			}
 			v.class, v.err = violOpen, err
@@ -291,6 +294,9 @@ type powerLossReport struct {
 	unacked    int
 	rvs        map[int64]bool
 	first      []verdict // the first violations, for the log
+	// firstUnacked are the first states refused before the first
+	// acknowledgement.
+	firstUnacked []verdict
 }
 
 func summarize(vs []verdict) *powerLossReport {
@@ -299,6 +305,9 @@ func summarize(vs []verdict) *powerLossReport {
 		r.states[v.state.Kind]++
 		if v.corruptUnacked {
 			r.unacked++
+			if len(r.firstUnacked) < 3 {
+				r.firstUnacked = append(r.firstUnacked, v)
+			}
 		}
 		if v.class == "" {
 			r.rvs[v.rv] = true
@@ -343,10 +352,25 @@ func (r *powerLossReport) String() string {
 			fmt.Fprintf(&b, "; %s: %d", c, r.violations[k][c])
 		}
 	}
+	for _, v := range r.firstUnacked {
+		fmt.Fprintf(&b, "\n\trefused before the first acknowledgement: %v: %v", v.state, v.err)
+	}
 	for _, v := range r.first {
 		fmt.Fprintf(&b, "\n\tviolation (%s): %v: %v", v.class, v.state, v.err)
 	}
 	return b.String()
+}
+
+// spread returns n of states, evenly spaced (all of them if fewer).
+func spread(states []powerloss.State, n int) []powerloss.State {
+	if n >= len(states) {
+		return states
+	}
+	out := make([]powerloss.State, 0, n)
+	for i := range n {
+		out = append(out, states[i*len(states)/n])
+	}
+	return out
 }
 
 // thin keeps one in every n Prefix states (and every other state).
@@ -422,9 +446,29 @@ func TestPowerLoss(t *testing.T) {
 
 	// The negative control: the same trace without its syncs. The checker
 	// must find states that break the guarantees.
+	// Without syncs a state can be found at any later crash point, where
+	// nothing would be allowed; so each is checked at one point only: a
+	// reordered one right after its last write, a prefix one right after
+	// the next acknowledgement (a commit acknowledged, its pages still in
+	// the page cache).
 	nosync := tr.WithoutSyncs()
-	control := powerloss.Enumerate(nosync, powerloss.Model{Seed: seed, Reorders: tier.control, NoPrefixes: true})
-	crep := summarize(checkStates(t, nosync, control, traceAcks(t, nosync), h, tier.sample, scratch))
+	nsAcks := traceAcks(t, nosync)
+	var control, prefixes []powerloss.State
+	for _, s := range powerloss.Enumerate(nosync, powerloss.Model{Seed: seed, Reorders: tier.control / 2}) {
+		switch s.Kind {
+		case powerloss.Reorder:
+			s.To = s.From
+			control = append(control, s)
+		case powerloss.Prefix:
+			if at := nsAcks.nextAt[s.From]; at < len(nosync.Ops) && !s.Absent {
+				s.To = at + 1
+				prefixes = append(prefixes, s)
+			}
+		}
+	}
+	control = append(control, spread(prefixes, tier.control-len(control))...)
+	sort.SliceStable(control, func(i, j int) bool { return control[i].Durable < control[j].Durable })
+	crep := summarize(checkStates(t, nosync, control, nsAcks, h, tier.sample, scratch))
 
 	t.Logf("power loss (%s tier, seed %d): the child made %d writes, %d size changes, %d syncs, %d directory syncs, %d acknowledgements (%d epochs), recorded in %s; checked in %s\n%s",
 		tier.name, seed, counts[powerloss.OpWrite], counts[powerloss.OpTruncate]+counts[powerloss.OpExtend], counts[powerloss.OpSync], counts[powerloss.OpDirSync], a.count, tr.Epochs(),
@@ -433,7 +477,76 @@ func TestPowerLoss(t *testing.T) {
 	if _, viol := rep.total(); viol > 0 {
 		t.Errorf("power loss: %d crash states break the guarantees (seed %d)", viol, seed)
 	}
-	if _, viol := crep.total(); viol == 0 {
-		t.Errorf("power loss: the negative control found nothing: the checker would miss a missing fsync")
+	cv := map[string]int{}
+	for _, m := range crep.violations {
+		for c, n := range m {
+			cv[c] += n
+		}
+	}
+	if cv[violBack] == 0 || cv[violOpen]+cv[violMismatch] == 0 {
+		t.Errorf("power loss: the negative control found %v: the checker would miss a missing fsync", cv)
+	}
+}
+
+// powerLossOpenChildEnv names the directory of TestRegressionPowerLossNewFileDirectory's child.
+const powerLossOpenChildEnv = "BOLTINFORMER_POWERLOSS_OPEN_CHILD"
+
+// TestRegressionPowerLossNewFileDirectory: store.Open created the cache
+// file (and its directories) and never fsynced the directory, so a power
+// loss after commits had been acknowledged could leave no file at all
+// (fsync(2) makes a file's data durable, not its directory entry). The
+// child opens a new file in a new directory under strace; the directory
+// must be synced after the file's creation and before Open returns.
+func TestRegressionPowerLossNewFileDirectory(t *testing.T) {
+	if dir := os.Getenv(powerLossOpenChildEnv); dir != "" {
+		db, err := store.Open(filepath.Join(dir, "new", "cache.db"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "marks"), []byte("opened 0\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if testing.Short() {
+		t.Skip("power loss: not in -short mode")
+	}
+	requireStrace(t)
+	dir := t.TempDir()
+	tracePath := filepath.Join(dir, "trace")
+	argv := powerloss.Command(tracePath, os.Args[0], "-test.run=^"+t.Name()+"$")
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), powerLossOpenChildEnv+"="+dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	f, err := os.Open(tracePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr, err := powerloss.Parse(f, powerloss.Files{Data: filepath.Join(dir, "new", "cache.db"), Marks: filepath.Join(dir, "marks")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, synced, opened := -1, -1, -1
+	for i, op := range tr.Ops {
+		switch {
+		case op.Kind == powerloss.OpCreate && created < 0:
+			created = i
+		case op.Kind == powerloss.OpDirSync && created >= 0 && synced < 0:
+			synced = i
+		case op.Kind == powerloss.OpMark && op.Text == "opened 0":
+			opened = i
+		}
+	}
+	if created < 0 || opened < 0 {
+		t.Fatalf("the trace shows no creation (%d) or no return from Open (%d): %v", created, opened, tr.Ops)
+	}
+	if synced < 0 || synced > opened {
+		t.Fatalf("Open returned without syncing the directory of the file it created (creation at op %d, directory sync at %d, return at %d)", created, synced, opened)
 	}
 }

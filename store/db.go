@@ -75,10 +75,16 @@ func Open(path string, opts *Options) (db *DB, err error) {
 	if c == nil {
 		c = clock.RealClock{}
 	}
+	// What this open creates, to sync before it returns (dirsync.go).
+	var newDirs []string
+	newFile := false
 	if !opts.ReadOnly {
+		newDirs = missingDirs(filepath.Dir(path))
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, fmt.Errorf("store: create directory of %s: %w", path, err)
 		}
+		_, err := os.Stat(path)
+		newFile = errors.Is(err, fs.ErrNotExist)
 	} else if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
@@ -151,6 +157,12 @@ func Open(path string, opts *Options) (db *DB, err error) {
 	if err := db.init(); err != nil {
 		_ = bdb.Close()
 		return nil, err
+	}
+	if (newFile || len(newDirs) > 0) && !opts.NoSync {
+		if err := syncCreated(path, newFile, newDirs); err != nil {
+			_ = bdb.Close()
+			return nil, err
+		}
 	}
 	if db.version < FormatVersion {
 		// An older file: a read-write open migrates it, a read-only one

@@ -14,7 +14,8 @@ type Kind string
 
 // The kinds of State.
 const (
-	// Prefix: every op up to the crash point reached the disk, in order.
+	// Prefix: the ops up to some point reached the disk, in order, and
+	// none after it (ALICE's prefix states).
 	Prefix Kind = "prefix"
 	// Reorder: after the last completed sync, a subset of the most recent
 	// writes reached the disk, in a random order.
@@ -160,20 +161,26 @@ func Enumerate(t *Trace, m Model) []State {
 		}
 	}
 	// Prefix states: one per change of the file (a write, a size change,
-	// its creation), found at every crash point until the next change.
+	// its creation). The ops before it reached the disk, none after it:
+	// it can be found at every crash point until the next barrier
+	// completes (a state without the file, only until its creation).
 	if !m.NoPrefixes {
-		next := func(from int) int {
+		next := func(from int, barrier bool) int {
 			for j := from; j < len(ops); j++ {
-				if changesImage(ops[j].Kind) || j == created {
+				if (!barrier && changesImage(ops[j].Kind)) || (barrier && ops[j].Kind == OpSync) || j == created {
 					return j
 				}
 			}
 			return len(ops)
 		}
 		for at := 0; at <= len(ops); {
-			to := next(at)
+			change := next(at, false)
+			to := change
+			if exists(at) {
+				to = next(at, true)
+			}
 			add(State{Kind: Prefix, From: at, To: to, Absent: !exists(at), Durable: at})
-			at = to + 1
+			at = change + 1
 		}
 	}
 	// Absent: after the creation, until the directory is synced.
