@@ -116,18 +116,23 @@ var TracedCalls = []string{
 // Command returns the command line that runs argv under strace, writing
 // the trace Parse reads to out: every thread followed (-f), raw numeric
 // constants (-X raw), every string byte hex-escaped (-xx) and recorded in
-// full up to MaxString bytes, only TracedCalls stopped (--seccomp-bpf).
+// full up to MaxString bytes, only TracedCalls stopped (--seccomp-bpf;
+// those an architecture lacks, such as open on arm64, are skipped).
 func Command(out string, argv ...string) []string {
+	calls := make([]string, len(TracedCalls))
+	for i, c := range TracedCalls {
+		calls[i] = "?" + c
+	}
 	cmd := []string{
 		"strace", "-f", "-qq", "-X", "raw", "-xx", "-s", strconv.Itoa(MaxString),
-		"--seccomp-bpf", "-e", "signal=none", "-e", "trace=" + strings.Join(TracedCalls, ","),
+		"--seccomp-bpf", "-e", "signal=none", "-e", "trace=" + strings.Join(calls, ","),
 		"-o", out, "--",
 	}
 	return append(cmd, argv...)
 }
 
-// Linux x86-64 constants (strace -X raw prints them as numbers; without
-// it, by name).
+// Linux constants (strace -X raw prints them as numbers; without it, by
+// name). Those Parse acts on are the same on x86-64 and arm64.
 const (
 	atFDCWD    = -100
 	oCreat     = 0o100
