@@ -253,11 +253,10 @@ func (p *parser) parseLine(s string) error {
 	case rest == "", strings.HasPrefix(rest, "+++"), strings.HasPrefix(rest, "---"):
 		return nil
 	case strings.HasPrefix(rest, "<... "):
-		end := strings.Index(rest, " resumed>")
-		if end < 0 {
+		name, after, ok := strings.Cut(rest[len("<... "):], " resumed>")
+		if !ok {
 			return malformed("resumed call without 'resumed>'")
 		}
-		name := rest[len("<... "):end]
 		start, ok := p.pending[pid]
 		if !ok {
 			return malformed("%s resumed in pid %q, which has no unfinished call", name, pid)
@@ -266,7 +265,7 @@ func (p *parser) parseLine(s string) error {
 		if !strings.HasPrefix(start, name+"(") {
 			return malformed("%s resumed in pid %q, whose unfinished call is %.40q", name, pid, start)
 		}
-		return p.parseCall(start + rest[end+len(" resumed>"):])
+		return p.parseCall(start + after)
 	case strings.HasSuffix(rest, "<unfinished ...>"):
 		if _, ok := p.pending[pid]; ok {
 			return malformed("pid %q has two unfinished calls", pid)
