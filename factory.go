@@ -47,7 +47,9 @@ type FactoryOptions struct {
 	// answers included. Default 3s; negative is an error.
 	LookupTimeout time.Duration
 	// Informer are the defaults for every informer (Memory, CacheSize,
-	// SyncPolicy, TransformID).
+	// SyncPolicy, TransformID, Keyring, ...). Its ClusterID, Resource and
+	// ListOptions are the factory's to set, per informer: NewFactory
+	// rejects them.
 	Informer InformerOptions
 	// Keyrings encrypt at rest the resources they name: each informer of a
 	// resource an entry names gets that entry's keyring. An entry is
@@ -101,6 +103,16 @@ func NewFactory(db *DB, config *rest.Config, opts *FactoryOptions) (*Factory, er
 	}
 	if o.LookupTimeout < 0 {
 		return nil, fmt.Errorf("boltinformer: factory: LookupTimeout %s is negative", o.LookupTimeout)
+	}
+	// The factory sets these per informer: a value given would be ignored.
+	for field, v := range map[string]string{
+		"Informer.ClusterID (use ClusterID or Identity)":            o.Informer.ClusterID,
+		"Informer.Resource (the factory names each informer's)":     o.Informer.Resource,
+		"Informer.ListOptions (use Namespace and TweakListOptions)": o.Informer.ListOptions,
+	} {
+		if v != "" {
+			return nil, fmt.Errorf("boltinformer: factory: FactoryOptions.%s is set by the factory for each informer; %q would be ignored", field, v)
+		}
 	}
 	keyrings, err := parseKeyrings(o.Keyrings)
 	if err != nil {

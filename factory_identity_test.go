@@ -355,6 +355,34 @@ func TestFactoryIdentityOptions(t *testing.T) {
 			t.Errorf("%s: no error", name)
 		}
 	}
+}
+
+// TestRegressionFactoryInformerIdentityIgnored: FactoryOptions.Informer's
+// ClusterID, Resource and ListOptions were overwritten for every informer
+// without a word (a ClusterID given there was not the identity used).
+func TestRegressionFactoryInformerIdentityIgnored(t *testing.T) {
+	db, err := boltinformer.Open(filepath.Join(t.TempDir(), "cache.db"), &boltinformer.Options{Logger: &quietLogger, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for name, o := range map[string]*boltinformer.FactoryOptions{
+		"Informer.ClusterID":   {Informer: boltinformer.InformerOptions{ClusterID: "mine"}},
+		"Informer.Resource":    {ClusterID: "c", Informer: boltinformer.InformerOptions{Resource: "pods"}},
+		"Informer.ListOptions": {ClusterID: "c", Informer: boltinformer.InformerOptions{ListOptions: "x"}},
+	} {
+		if _, err := boltinformer.NewFactory(db, &rest.Config{Host: unreachable(t)}, o); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+func TestFactoryClusterID(t *testing.T) {
+	db, err := boltinformer.Open(filepath.Join(t.TempDir(), "cache.db"), &boltinformer.Options{Logger: &quietLogger, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
 	// A ClusterID given is used as is, with no lookup.
 	srv := newKubeSystemServer(t, http.StatusForbidden, "")
 	f, err := boltinformer.NewFactory(db, &rest.Config{Host: srv.URL}, &boltinformer.FactoryOptions{ClusterID: "mine"})
