@@ -1,9 +1,11 @@
 // Command edge-agent is an example node agent built on boltinformer: it
 // watches the Pods bound to its node, and the ConfigMaps and Secrets of a
 // namespace, from a cache file that survives restarts. On a warm start its
-// listers answer from disk before any network call returns, it resumes the
-// watch from the saved resourceVersion instead of relisting, and it works
-// with the API server unreachable.
+// listers answer from disk before any list or watch returns (after the
+// factory's one cluster-identity request, which gives up after 2 s when
+// the network does not answer), it resumes the watch from the saved
+// resourceVersion instead of relisting, and it works with the API server
+// unreachable.
 //
 // It serves /metrics (Prometheus), /healthz and a small /status page on a
 // loopback address, and with -report prints one JSON line with its start
