@@ -1,0 +1,26 @@
+// Package localapi serves a boltinformer cache as a read-only Kubernetes
+// API, so that unmodified clients on the node (kubectl, client-go
+// informers, clients in other languages) read what an agent's informers
+// hold, while the cluster is reachable and while it is not.
+//
+// It owns: discovery (/api, /apis, group and version resource lists,
+// /version); GET, LIST and WATCH of every served informer's resource,
+// namespaced and cluster-wide, with label and field selectors,
+// limit/continue, JSON, YAML and protobuf, Tables and
+// PartialObjectMetadata; the window of recent events that lets a watch
+// resume from a resourceVersion (a bounded watch cache, fed by
+// boltinformer.Informer.Observe); the apiserver's error shapes; the
+// listeners (a 0600 Unix socket, 127.0.0.1 with a bearer token) and a
+// kubeconfig for clients.
+//
+// It never writes: every write verb is refused with a 405 Status, and the
+// cache file is never touched. It does no admission, no authorization
+// beyond the socket's mode or the one bearer token, no conversion between
+// versions, and it serves only what the agent caches (an informer limited
+// to one node's Pods serves those Pods). Secrets are served only when
+// Options.Secrets says so.
+//
+// Two sources: New serves a live DB's informers (the window fills as
+// their events arrive); NewStatic serves objects read from a closed file
+// (cmd/inspect's `serve`), a snapshot whose watches get bookmarks only.
+package localapi

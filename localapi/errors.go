@@ -1,0 +1,19 @@
+package localapi
+
+import "errors"
+
+var (
+	// ErrUnsafePath means a listener's path is not something localapi
+	// created or may replace (a symlink, a regular file, a directory).
+	ErrUnsafePath = errors.New("localapi: unsafe socket path")
+	// ErrInUse means another process serves on the socket path.
+	ErrInUse = errors.New("localapi: socket in use")
+	// ErrToken means the bearer token file is missing, empty, or readable
+	// by others.
+	ErrToken = errors.New("localapi: bad token file")
+	// ErrNoResource means a resource could not be described (no kind or
+	// resource name could be derived for an informer).
+	ErrNoResource = errors.New("localapi: cannot describe resource")
+	// ErrClosed means the handler was closed.
+	ErrClosed = errors.New("localapi: handler closed")
+)

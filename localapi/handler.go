@@ -1,0 +1,451 @@
+package localapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	goruntime "runtime"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
+
+	"github.com/boltinformer/boltinformer"
+)
+
+// Options configure New and NewStatic. A nil *Options means the defaults.
+type Options struct {
+	// Resources override what is derived for the informers they name (a
+	// CRD informer's scope, a resource name, Skip).
+	Resources []Resource
+	// Secrets serves core/v1 Secrets. Off by default: a Secrets informer
+	// is then answered with 403 Forbidden and left out of discovery.
+	Secrets bool
+	// WindowEvents bounds each resource's window of recent events, from
+	// which watches resume (default DefaultWindowEvents). Each event holds
+	// the object after the change and the one before: the window's memory
+	// is at most about 2 x WindowEvents objects per resource.
+	WindowEvents int
+	// BookmarkInterval is how often a watch that asked for bookmarks gets
+	// one (default 1 minute; besides, every bookmark the informer gets is
+	// passed on).
+	BookmarkInterval time.Duration
+	// WaitForResourceVersion is how long a request for a resourceVersion
+	// the cache has not reached waits for it before the apiserver's
+	// "Too large resource version" (default 3 seconds).
+	WaitForResourceVersion time.Duration
+	// Token, when not empty, is the bearer token every request must carry
+	// (listen on 127.0.0.1 with it; see LoadOrCreateToken).
+	Token string
+	// Version is what /version reports (default: the Kubernetes version of
+	// the client-go this was built with, e.g. v1.37.2).
+	Version *version.Info
+	// Logger; default klog.Background().
+	Logger *klog.Logger
+}
+
+// served is one resource as the handler serves it.
+type served struct {
+	res      Resource
+	view     *view          // nil when refused
+	stop     func()         // unregisters the observer (live), or nil
+	refused  string         // why requests are refused (403), or ""
+	protobuf bool           // the objects have a protobuf encoding
+	example  runtime.Object // an empty object of the kind (bookmarks)
+}
+
+// Handler is the local API: an http.Handler over a DB's informers (New)
+// or a snapshot (NewStatic). Close it to end its watches and unregister
+// from the informers.
+type Handler struct {
+	opts    Options
+	db      *boltinformer.DB
+	logger  klog.Logger
+	version version.Info
+	// ctx is cancelled by Close: every watch ends.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// mu guards served, byGVR and closed. Lock order: mu before an
+	// informer's lock (Observe) before a view's mu.
+	mu     sync.Mutex
+	served map[string]*served // by informer name
+	byGVR  map[schema.GroupVersionResource]*served
+	closed bool
+}
+
+var _ http.Handler = (*Handler)(nil)
+
+// New returns the local API of db's informers: those that exist now, and
+// those created later (found at the first request that names them or asks
+// for discovery). Each informer's window of events starts when it is
+// first served. The handler never writes to db.
+func New(db *boltinformer.DB, opts *Options) (*Handler, error) {
+	h := newHandler(opts)
+	h.db = db
+	h.refresh()
+	return h, nil
+}
+
+// Snapshot is one resource's objects for NewStatic.
+type Snapshot struct {
+	// Informer is the informer's name; Resource (InformerOptions.Resource,
+	// as the file's state records it) and Kind describe its objects (see
+	// Resource for how the served resource is derived).
+	Informer string
+	Resource string
+	Kind     schema.GroupVersionKind
+	// Objects and the ResourceVersion they are the state at.
+	Objects         []runtime.Object
+	ResourceVersion string
+	// Refused, when not empty, is why the resource is not served (e.g. its
+	// payloads are encrypted and no key was given): requests get 403
+	// with it.
+	Refused string
+}
+
+// NewStatic returns a local API serving fixed snapshots (a closed cache
+// file): lists and gets as of each snapshot's resourceVersion, watches
+// that get their initial events and bookmarks, never a change.
+func NewStatic(snaps []Snapshot, opts *Options) (*Handler, error) {
+	h := newHandler(opts)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, s := range snaps {
+		r := h.override(s.Informer)
+		if r.Skip {
+			continue
+		}
+		var err error
+		r, err = describeKind(r, s.Resource, s.Kind, s.Objects)
+		if err != nil {
+			h.logger.Info("Warning: not serving an informer", "informer", s.Informer, "err", err)
+			continue
+		}
+		objs := make([]any, len(s.Objects))
+		for i, o := range s.Objects {
+			objs[i] = o
+		}
+		sv := &served{res: r, refused: s.Refused}
+		if sv.refused == "" {
+			sv.refused = h.refusal(&r)
+		}
+		if sv.refused == "" {
+			sv.view = newView(h.opts.WindowEvents)
+			sv.view.initLocked(boltinformer.ObservedState{Objects: objs, ResourceVersion: s.ResourceVersion, Synced: true})
+		}
+		h.addLocked(sv, s.Objects)
+	}
+	return h, nil
+}
+
+func newHandler(opts *Options) *Handler {
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	if o.WindowEvents <= 0 {
+		o.WindowEvents = DefaultWindowEvents
+	}
+	if o.BookmarkInterval <= 0 {
+		o.BookmarkInterval = time.Minute
+	}
+	if o.WaitForResourceVersion <= 0 {
+		o.WaitForResourceVersion = 3 * time.Second
+	}
+	logger := klog.Background()
+	if o.Logger != nil {
+		logger = *o.Logger
+	}
+	h := &Handler{opts: o, logger: logger.WithName("localapi"), served: map[string]*served{}, byGVR: map[schema.GroupVersionResource]*served{}}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	if o.Version != nil {
+		h.version = *o.Version
+	} else {
+		h.version = defaultVersion()
+	}
+	return h
+}
+
+// clientGoKubernetesVersion is the Kubernetes version of the client-go in
+// go.mod (client-go v0.X.Y is Kubernetes v1.X.Y): what /version reports
+// when the binary carries no module information (tests). A test checks it
+// against go.mod.
+const clientGoKubernetesVersion = "v1.37.2"
+
+// defaultVersion is the Kubernetes version matching the client-go this was
+// built with.
+func defaultVersion() version.Info {
+	gv := clientGoKubernetesVersion
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if _, rest, ok := strings.Cut(d.Version, "v0."); ok && d.Path == "k8s.io/client-go" {
+				gv = "v1." + strings.SplitN(rest, "-", 2)[0]
+			}
+		}
+	}
+	v := version.Info{GitVersion: gv, Major: "1", Compiler: "gc", Platform: "localapi", GoVersion: goruntime.Version()}
+	if parts := strings.SplitN(strings.TrimPrefix(gv, "v"), ".", 3); len(parts) >= 2 {
+		v.Minor = parts[1]
+	}
+	return v
+}
+
+// override is the Options.Resources entry of an informer (or one naming
+// only it).
+func (h *Handler) override(name string) Resource {
+	for _, r := range h.opts.Resources {
+		if r.Informer == name {
+			return r
+		}
+	}
+	return Resource{Informer: name}
+}
+
+// refusal says why a resource is not served, or "".
+func (h *Handler) refusal(r *Resource) string {
+	if r.Group == "" && r.Resource == "secrets" && !h.opts.Secrets {
+		return "secrets are not served by this local API (localapi.Options.Secrets, inspect serve --secrets)"
+	}
+	return ""
+}
+
+// addLocked records sv, unless another informer already serves its
+// resource. Caller holds mu.
+func (h *Handler) addLocked(sv *served, objs []runtime.Object) {
+	h.served[sv.res.Informer] = sv
+	gvr := sv.res.GroupVersionResource
+	if other := h.byGVR[gvr]; other != nil {
+		h.logger.Info("Warning: two informers of one resource; serving the first", "resource", gvr.String(), "serving", other.res.Informer, "ignored", sv.res.Informer)
+		if sv.stop != nil {
+			sv.stop()
+		}
+		return
+	}
+	h.byGVR[gvr] = sv
+	gvk := sv.res.gvk()
+	if ex, err := scheme.Scheme.New(gvk); err == nil {
+		sv.example = ex
+	} else {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(gvk)
+		sv.example = u
+	}
+	if len(objs) > 0 {
+		if _, isU := objs[0].(*unstructured.Unstructured); isU {
+			// A dynamic informer of a built-in kind: its objects are
+			// unstructured (JSON only).
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(gvk)
+			sv.example = u
+		}
+	}
+	sv.protobuf = hasProtobuf(sv.example)
+}
+
+// refresh serves the DB's informers not served yet.
+func (h *Handler) refresh() {
+	if h.db == nil {
+		return
+	}
+	infs := h.db.Informers()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	for _, inf := range infs {
+		if _, ok := h.served[inf.Name()]; ok {
+			continue
+		}
+		h.attachLocked(inf)
+	}
+}
+
+// attachLocked starts serving inf. Caller holds mu.
+func (h *Handler) attachLocked(inf *boltinformer.Informer) {
+	r := h.override(inf.Name())
+	if r.Skip {
+		h.served[inf.Name()] = &served{res: r, refused: "skipped"}
+		return
+	}
+	desc, err := describe(r, inf.Resource(), inf.ObjectType(), nil)
+	if err == nil {
+		if why := h.refusal(&desc); why != "" {
+			sv := &served{res: desc, refused: why}
+			h.addLocked(sv, nil)
+			return
+		}
+	}
+	// The observer may be called as soon as Observe has registered it:
+	// hold the view until it holds the state Observe returns.
+	v := newView(h.opts.WindowEvents)
+	v.mu.Lock()
+	st, stop := inf.Observe(v.apply)
+	v.initLocked(st)
+	objs := make([]runtime.Object, 0, len(st.Objects))
+	for _, o := range st.Objects {
+		if ro, ok := o.(runtime.Object); ok {
+			objs = append(objs, ro)
+		}
+	}
+	v.mu.Unlock()
+	desc, err = describe(r, inf.Resource(), inf.ObjectType(), objs)
+	if err != nil {
+		stop()
+		h.logger.Info("Warning: not serving an informer", "informer", inf.Name(), "err", err)
+		h.served[inf.Name()] = &served{res: r, refused: err.Error()}
+		return
+	}
+	if why := h.refusal(&desc); why != "" {
+		stop()
+		h.addLocked(&served{res: desc, refused: why}, nil)
+		return
+	}
+	h.addLocked(&served{res: desc, view: v, stop: stop}, objs)
+}
+
+// Close ends every watch, unregisters from the informers and makes every
+// later request fail with 503. It does not close the DB.
+func (h *Handler) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	svs := make([]*served, 0, len(h.served))
+	for _, sv := range h.served {
+		svs = append(svs, sv)
+	}
+	h.mu.Unlock()
+	h.cancel()
+	for _, sv := range svs {
+		if sv.stop != nil {
+			sv.stop()
+		}
+		if sv.view != nil {
+			sv.view.close()
+		}
+	}
+	return nil
+}
+
+// lookup returns the served resource of gvr, refreshing from the DB once
+// when it is not known.
+func (h *Handler) lookup(gvr schema.GroupVersionResource) (*served, error) {
+	for i := 0; i < 2; i++ {
+		h.mu.Lock()
+		closed, sv := h.closed, h.byGVR[gvr]
+		h.mu.Unlock()
+		if closed {
+			return nil, apierrors.NewServiceUnavailable(ErrClosed.Error())
+		}
+		if sv != nil {
+			return sv, nil
+		}
+		if i == 0 {
+			h.refresh()
+		}
+	}
+	return nil, nil
+}
+
+// resources returns the served resources (not refused), sorted by group,
+// version and resource.
+func (h *Handler) resources() []*served {
+	h.refresh()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*served, 0, len(h.byGVR))
+	for _, sv := range h.byGVR {
+		if sv.refused == "" {
+			out = append(out, sv)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i].res.GroupVersionResource, out[j].res.GroupVersionResource
+		if a.Group != b.Group {
+			return a.Group < b.Group
+		}
+		if a.Version != b.Version {
+			return a.Version < b.Version
+		}
+		return a.Resource < b.Resource
+	})
+	return out
+}
+
+// ServeHTTP answers one request. It never panics: a failure is a Status.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			h.logger.Error(fmt.Errorf("%v", p), "Request panicked", "path", r.URL.Path, "stack", string(debug.Stack()))
+			h.writeError(w, apierrors.NewInternalError(fmt.Errorf("local API: %v", p)))
+		}
+	}()
+	if h.opts.Token != "" && !h.authorized(r) {
+		h.writeError(w, apierrors.NewUnauthorized("Unauthorized"))
+		return
+	}
+	path := r.URL.Path
+	if h.serveDiscovery(w, r, path) {
+		return
+	}
+	h.serveResource(w, r)
+}
+
+func (h *Handler) authorized(r *http.Request) bool {
+	auth := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(h.opts.Token)) == 1
+}
+
+// writeError writes err as a Status (JSON, which every client decodes).
+func (h *Handler) writeError(w http.ResponseWriter, err error) {
+	st := toStatus(err)
+	st.APIVersion, st.Kind = "v1", "Status"
+	var buf bytes.Buffer
+	if err := jsonSerializer.Encode(st, &buf); err != nil {
+		http.Error(w, st.Message, int(st.Code))
+		return
+	}
+	w.Header().Set("Content-Type", mediaJSON)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if st.Details != nil && st.Details.RetryAfterSeconds > 0 {
+		w.Header().Set("Retry-After", fmt.Sprint(st.Details.RetryAfterSeconds))
+	}
+	code := int(st.Code)
+	if code == 0 {
+		code = http.StatusInternalServerError
+	}
+	w.WriteHeader(code)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// writeBody writes a 200 with body in format f.
+func writeBody(w http.ResponseWriter, r *http.Request, f format, body []byte) {
+	w.Header().Set("Content-Type", f.mediaType())
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(body)
+	}
+}

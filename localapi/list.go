@@ -1,0 +1,297 @@
+package localapi
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// serveResource answers a GET, LIST or WATCH of a served resource, and
+// refuses everything else.
+func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request) {
+	req, ok := parsePath(r.URL.Path)
+	if !ok {
+		h.writeError(w, pathNotFound())
+		return
+	}
+	sv, err := h.lookup(req.gv.WithResource(req.resource))
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	if sv == nil {
+		h.writeError(w, pathNotFound())
+		return
+	}
+	gr := sv.res.GroupVersionResource.GroupResource()
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		h.writeError(w, apierrors.NewMethodNotSupported(gr, methodVerb(r.Method, req.name != "")))
+		return
+	}
+	if sv.refused != "" {
+		h.writeError(w, apierrors.NewForbidden(gr, req.name, errString(sv.refused)))
+		return
+	}
+	// A namespace in the path of a cluster-wide resource, or a name
+	// without one for a namespaced resource, is no path of the API.
+	if (req.namespace != "" && !sv.res.namespaced()) || (req.name != "" && req.namespace == "" && sv.res.namespaced()) {
+		h.writeError(w, pathNotFound())
+		return
+	}
+	if req.subresource != "" && req.subresource != "status" {
+		h.writeError(w, pathNotFound())
+		return
+	}
+	opts, err := parseListOptions(r.URL.Query())
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	watching := isWatch(&req, opts)
+	if req.subresource != "" && watching {
+		h.writeError(w, pathNotFound())
+		return
+	}
+	out, err := negotiate(r.Header.Get("Accept"), req.name == "", watching, sv.protobuf)
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	sel, err := newSelector(&sv.res, opts.labels, opts.fields)
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	v := sv.view
+	if err := v.checkRV(opts.ResourceVersion); err != nil {
+		h.writeError(w, err)
+		return
+	}
+	v.mu.RLock()
+	synced := v.synced
+	v.mu.RUnlock()
+	if !synced {
+		h.writeError(w, notSynced(gr))
+		return
+	}
+	switch {
+	case watching:
+		if req.name != "" {
+			// The deprecated /watch/.../{name}: a watch of one object.
+			opts.FieldSelector = "metadata.name=" + req.name
+			if sel, err = newSelector(&sv.res, opts.labels, fields.OneTermEqualSelector("metadata.name", req.name)); err != nil {
+				h.writeError(w, err)
+				return
+			}
+		}
+		h.serveWatch(w, r, sv, req.namespace, opts, sel, out)
+	case req.name != "":
+		h.serveGet(w, r, sv, &req, opts, out)
+	default:
+		h.serveList(w, r, sv, req.namespace, opts, sel, out)
+	}
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+// objectKey is the view's key of a name in a namespace.
+func objectKey(namespace, name string) string {
+	if namespace == "" {
+		return name
+	}
+	return namespace + "/" + name
+}
+
+// waitFor waits until the view has reached rv ("" and "0": at once), for
+// at most Options.WaitForResourceVersion; then it is the apiserver's "Too
+// large resource version". Caller holds no lock.
+func (h *Handler) waitFor(ctx context.Context, v *view, rv string) error {
+	if rv == "" || rv == "0" {
+		return nil
+	}
+	deadline := time.NewTimer(h.opts.WaitForResourceVersion)
+	defer deadline.Stop()
+	for {
+		v.mu.RLock()
+		ok, changed, current := v.newerOrEqualLocked(rv), v.changed, v.rv
+		v.mu.RUnlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return apierrors.NewTimeoutError("the request was cancelled while waiting for the cache", 1)
+		case <-deadline.C:
+			return tooLarge(rv, current)
+		}
+	}
+}
+
+// serveGet answers a GET of one object, as the cache holds it now (after
+// waiting for a resourceVersion the request names).
+func (h *Handler) serveGet(w http.ResponseWriter, r *http.Request, sv *served, req *request, opts *listOptions, out output) {
+	v := sv.view
+	gr := sv.res.GroupVersionResource.GroupResource()
+	if err := h.waitFor(r.Context(), v, opts.ResourceVersion); err != nil {
+		h.writeError(w, err)
+		return
+	}
+	v.mu.RLock()
+	obj := v.objs[objectKey(req.namespace, req.name)]
+	v.mu.RUnlock()
+	if obj == nil {
+		h.writeError(w, notFound(gr, req.name))
+		return
+	}
+	var buf bytes.Buffer
+	var err error
+	switch out.target {
+	case targetTable:
+		err = h.encodeTable(&buf, out, sv, []runtime.Object{obj}, metav1.ListMeta{}, opts, true)
+	case targetPartial:
+		err = encodeObject(&buf, out.format, partialMetadata(obj, out.version))
+	default:
+		err = encodeObject(&buf, out.format, withKind(obj, sv.res.gvk()))
+	}
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	writeBody(w, r, out.format, buf.Bytes())
+}
+
+// page is what a LIST selected: objects and their ListMeta.
+type page struct {
+	objs []runtime.Object
+	meta metav1.ListMeta
+}
+
+// selectPage runs a LIST against the view: the state now (or at the
+// resourceVersion of a continue token or of an Exact match), in key order,
+// filtered, at most limit objects (0: all), with the continue token and
+// remaining count of a truncated page.
+func (h *Handler) selectPage(ctx context.Context, v *view, namespace string, opts *listOptions, sel *selector) (*page, error) {
+	var start, atRV string
+	switch {
+	case opts.Continue != "":
+		tok, err := decodeContinue(opts.Continue)
+		if err != nil {
+			return nil, err
+		}
+		start, atRV = tok.Start, tok.ResourceVersion
+	case opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact:
+		atRV = opts.ResourceVersion
+	default:
+		if err := h.waitFor(ctx, v, opts.ResourceVersion); err != nil {
+			return nil, err
+		}
+	}
+	prefix := ""
+	if namespace != "" {
+		prefix = namespace + "/"
+	}
+	exact := ""
+	if name, ok := sel.singleName(); ok && (namespace != "" || !sel.namespaced) {
+		exact = objectKey(namespace, name) // one key to look at
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	seq := v.next
+	rv := v.rv
+	if atRV != "" && atRV != v.rv {
+		s, err := v.positionLocked(atRV)
+		if err != nil {
+			if opts.Continue != "" {
+				// Too old to continue consistently: say so, with a token
+				// that continues (inconsistently) from the current state.
+				e := apierrors.NewResourceExpired("the continue token is older than the local API's window of events; start a new list, or continue from the current state with the token in this Status (objects changed since the first page may then be missed or repeated)")
+				e.ErrStatus.ListMeta.Continue = encodeContinue(v.rv, start)
+				return nil, e
+			}
+			if err == errTooNew {
+				return nil, tooLarge(atRV, v.rv)
+			}
+			return nil, expired(atRV, v.startRV)
+		}
+		seq, rv = s, atRV
+	}
+	p := &page{meta: metav1.ListMeta{ResourceVersion: rv}}
+	limit := int(opts.Limit)
+	var lastKey string
+	more := false
+	if exact != "" {
+		if obj := v.getLocked(seq, exact); obj != nil && exact > start && sel.matches(obj) {
+			p.objs = append(p.objs, obj)
+		}
+		return p, nil
+	}
+	v.walkLocked(seq, start, prefix, func(key string, obj runtime.Object) bool {
+		if !sel.matches(obj) {
+			return true
+		}
+		if limit > 0 && len(p.objs) == limit {
+			more = true
+			return false
+		}
+		p.objs = append(p.objs, obj)
+		lastKey = key
+		return true
+	})
+	if more {
+		p.meta.Continue = encodeContinue(rv, lastKey)
+		if sel.everything && seq == v.next {
+			n := int64(v.countAfterLocked(lastKey, prefix))
+			p.meta.RemainingItemCount = &n
+		}
+	}
+	return p, nil
+}
+
+// serveList answers a LIST.
+func (h *Handler) serveList(w http.ResponseWriter, r *http.Request, sv *served, namespace string, opts *listOptions, sel *selector, out output) {
+	p, err := h.selectPage(r.Context(), sv.view, namespace, opts, sel)
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	var buf bytes.Buffer
+	switch out.target {
+	case targetTable:
+		err = h.encodeTable(&buf, out, sv, p.objs, p.meta, opts, true)
+	case targetPartial:
+		lw := newListWriter(out.format, schema.GroupVersionKind{Group: metav1.GroupName, Version: out.version, Kind: "PartialObjectMetadataList"})
+		for _, o := range p.objs {
+			if err = lw.add(partialMetadata(o, out.version)); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			err = lw.finish(&buf, p.meta)
+		}
+	default:
+		lw := newListWriter(out.format, sv.res.GroupVersion().WithKind(sv.res.Kind+"List"))
+		for _, o := range p.objs {
+			if err = lw.add(o); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			err = lw.finish(&buf, p.meta)
+		}
+	}
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	writeBody(w, r, out.format, buf.Bytes())
+}

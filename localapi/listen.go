@@ -1,0 +1,223 @@
+package localapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ListenUnix listens on a Unix socket at path with mode 0600 (only the
+// agent's user may connect). The socket is made in a private directory
+// next to path and renamed into place, so it is never reachable with a
+// looser mode. An existing socket nobody serves on (left by a killed
+// agent) is replaced; one in use is ErrInUse; anything else at path (a
+// symlink, a file, a directory) is ErrUnsafePath, untouched. Closing the
+// listener removes the socket. Put it in a directory only the agent may
+// write to.
+func ListenUnix(path string) (net.Listener, error) {
+	path = filepath.Clean(path)
+	if err := checkSocketPath(path); err != nil {
+		return nil, err
+	}
+	tmpDir, err := os.MkdirTemp(filepath.Dir(path), ".localapi-")
+	if err != nil {
+		return nil, fmt.Errorf("localapi: listen %s: %w", path, err)
+	}
+	defer os.RemoveAll(tmpDir)
+	if err := os.Chmod(tmpDir, 0o700); err != nil {
+		return nil, fmt.Errorf("localapi: listen %s: %w", path, err)
+	}
+	tmp := filepath.Join(tmpDir, "s")
+	l, err := net.Listen("unix", tmp)
+	if err != nil {
+		return nil, fmt.Errorf("localapi: listen %s: %w", path, err)
+	}
+	ul := l.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false) // the path changes below; Close removes it
+	fail := func(err error) (net.Listener, error) {
+		_ = ul.Close()
+		return nil, fmt.Errorf("localapi: listen %s: %w", path, err)
+	}
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		return fail(err)
+	}
+	if err := checkSocketPath(path); err != nil { // again, just before
+		_ = ul.Close()
+		return nil, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fail(err)
+	}
+	st, err := os.Lstat(path)
+	if err != nil {
+		return fail(err)
+	}
+	return &unixListener{UnixListener: ul, path: path, info: st}, nil
+}
+
+// checkSocketPath accepts a path that does not exist or is a stale socket
+// (removing it).
+func checkSocketPath(path string) error {
+	st, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("localapi: %s: %w", path, err)
+	}
+	if st.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("%w: %s is a %s, not a socket", ErrUnsafePath, path, describeMode(st.Mode()))
+	}
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("%w: %s", ErrInUse, path)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("localapi: %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("localapi: remove stale socket %s: %w", path, err)
+	}
+	return nil
+}
+
+func describeMode(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	case m.IsDir():
+		return "directory"
+	case m.IsRegular():
+		return "regular file"
+	}
+	return m.Type().String()
+}
+
+// unixListener removes its socket on Close, if the path still is it.
+type unixListener struct {
+	*net.UnixListener
+	path string
+	info fs.FileInfo
+	once sync.Once
+}
+
+func (l *unixListener) Close() error {
+	err := l.UnixListener.Close()
+	l.once.Do(func() {
+		if st, serr := os.Lstat(l.path); serr == nil && os.SameFile(st, l.info) {
+			_ = os.Remove(l.path)
+		}
+	})
+	return err
+}
+
+// ListenLocal listens on a loopback TCP address ("127.0.0.1:0" for any
+// free port; "" means that). Any other address is refused: the local
+// API's only authentication is the bearer token, over plain HTTP.
+func ListenLocal(addr string) (net.Listener, error) {
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("localapi: listen %s: %w", addr, err)
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return nil, fmt.Errorf("%w: %s is not a loopback address (127.0.0.1 or ::1)", ErrUnsafePath, addr)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("localapi: listen %s: %w", addr, err)
+	}
+	return l, nil
+}
+
+// LoadOrCreateToken returns the bearer token in path, creating the file
+// (mode 0600, 256 random bits) when it does not exist. A token file that a
+// group or others may read or write, a symlink, or an empty one is
+// ErrToken.
+func LoadOrCreateToken(path string) (string, error) {
+	st, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		b := make([]byte, 32)
+		if _, err := rand.Read(b); err != nil {
+			return "", fmt.Errorf("localapi: token: %w", err)
+		}
+		tok := base64.RawURLEncoding.EncodeToString(b)
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return "", fmt.Errorf("localapi: token: %w", err)
+		}
+		_, werr := f.WriteString(tok + "\n")
+		serr := f.Sync()
+		cerr := f.Close()
+		if err := errors.Join(werr, serr, cerr); err != nil {
+			return "", fmt.Errorf("localapi: token %s: %w", path, err)
+		}
+		return tok, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("localapi: token: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return "", fmt.Errorf("%w: %s is a %s", ErrToken, path, describeMode(st.Mode()))
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("%w: %s has mode %o: others may read it (chmod 600)", ErrToken, path, st.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("localapi: token: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("%w: %s is empty", ErrToken, path)
+	}
+	return tok, nil
+}
+
+// Serve serves h on l until ctx is done, then ends every watch, waits up
+// to five seconds for requests in flight and closes l. It returns nil
+// after a shutdown by ctx, else the listener's error.
+func (h *Handler) Serve(ctx context.Context, l net.Listener) error {
+	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRequests()
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return reqCtx },
+		ErrorLog:          nil,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("localapi: serve: %w", err)
+	case <-ctx.Done():
+	}
+	cancelRequests() // watches end; lists finish
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if err != nil {
+		_ = srv.Close()
+	}
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		return fmt.Errorf("localapi: serve: %w", serr)
+	}
+	return nil
+}

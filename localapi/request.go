@@ -1,0 +1,171 @@
+package localapi
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/kubernetes/scheme"
+)
+
+// verb is what a resource request asks for.
+type verb int
+
+const (
+	verbGet verb = iota + 1
+	verbList
+	verbWatch
+)
+
+// request is a parsed resource request: /api/v1/namespaces/ns/pods/name,
+// /apis/g/v/resource, with the deprecated /watch/ segment.
+type request struct {
+	gv          schema.GroupVersion
+	namespace   string
+	resource    string
+	name        string
+	subresource string
+	watchPath   bool // the /watch/ segment
+}
+
+// namespaceSubresources are what may follow /namespaces/{name}/ and is not
+// a resource in that namespace.
+var namespaceSubresources = sets.New("status", "finalize")
+
+// parsePath splits a resource path; ok is false for a path that is not one
+// (discovery is handled before). segments is the path without /api or
+// /apis/{group}.
+func parsePath(path string) (request, bool) {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	var r request
+	switch {
+	case len(parts) >= 3 && parts[0] == "api":
+		r.gv = schema.GroupVersion{Version: parts[1]}
+		parts = parts[2:]
+	case len(parts) >= 4 && parts[0] == "apis":
+		r.gv = schema.GroupVersion{Group: parts[1], Version: parts[2]}
+		parts = parts[3:]
+	default:
+		return r, false
+	}
+	if parts[0] == "watch" {
+		r.watchPath = true
+		parts = parts[1:]
+		if len(parts) == 0 {
+			return r, false
+		}
+	}
+	if parts[0] == "namespaces" && len(parts) > 1 {
+		r.namespace = parts[1]
+		if len(parts) > 2 && !namespaceSubresources.Has(parts[2]) {
+			parts = parts[2:]
+		}
+	}
+	if len(parts) > 3 {
+		return r, false
+	}
+	for _, p := range parts {
+		if p == "" {
+			return r, false
+		}
+	}
+	r.resource = parts[0]
+	if len(parts) > 1 {
+		r.name = parts[1]
+	}
+	if len(parts) > 2 {
+		r.subresource = parts[2]
+	}
+	if r.resource == "namespaces" && r.gv.Group == "" {
+		// /api/v1/namespaces/{name}: the namespace object itself.
+		r.namespace = ""
+	}
+	return r, true
+}
+
+// listOptions are a LIST's or WATCH's query, parsed and checked.
+type listOptions struct {
+	metav1.ListOptions
+	labels labels.Selector
+	fields fields.Selector
+	table  metav1.TableOptions
+}
+
+// parseListOptions decodes the query as the apiserver does (the same
+// parameter names and conversions) and parses the selectors; errors are
+// BadRequest.
+func parseListOptions(q url.Values) (*listOptions, error) {
+	o := &listOptions{}
+	// ListOptions are registered in every group version ("v1" here).
+	if err := scheme.ParameterCodec.DecodeParameters(q, schema.GroupVersion{Version: "v1"}, &o.ListOptions); err != nil {
+		return nil, badRequest(fmt.Sprintf("invalid query: %v", err))
+	}
+	o.table.IncludeObject = metav1.IncludeObjectPolicy(q.Get("includeObject"))
+	var err error
+	if o.labels, err = labels.Parse(o.LabelSelector); err != nil {
+		return nil, badRequest(fmt.Sprintf("unable to parse labelSelector %q: %v", o.LabelSelector, err))
+	}
+	if o.fields, err = fields.ParseSelector(o.FieldSelector); err != nil {
+		return nil, badRequest(fmt.Sprintf("unable to parse fieldSelector %q: %v", o.FieldSelector, err))
+	}
+	if o.Limit < 0 {
+		return nil, badRequest("limit must not be negative")
+	}
+	switch o.ResourceVersionMatch {
+	case "", metav1.ResourceVersionMatchNotOlderThan, metav1.ResourceVersionMatchExact:
+	default:
+		return nil, badRequest(fmt.Sprintf("resourceVersionMatch %q is not supported (only %q and %q)",
+			o.ResourceVersionMatch, metav1.ResourceVersionMatchNotOlderThan, metav1.ResourceVersionMatchExact))
+	}
+	if o.ResourceVersionMatch != "" && o.ResourceVersion == "" && !o.Watch {
+		return nil, badRequest("resourceVersionMatch is forbidden unless resourceVersion is provided")
+	}
+	if o.ResourceVersionMatch == metav1.ResourceVersionMatchExact && o.ResourceVersion == "0" {
+		return nil, badRequest(`resourceVersionMatch "Exact" is forbidden for resourceVersion "0"`)
+	}
+	if o.Continue != "" && o.ResourceVersion != "" && o.ResourceVersion != "0" {
+		return nil, badRequest("specifying resource version is not allowed when using continue")
+	}
+	if o.SendInitialEvents != nil && *o.SendInitialEvents {
+		if !o.AllowWatchBookmarks {
+			return nil, badRequest("sendInitialEvents requires setting allowWatchBookmarks to true")
+		}
+		if o.ResourceVersionMatch != metav1.ResourceVersionMatchNotOlderThan {
+			return nil, badRequest(fmt.Sprintf("sendInitialEvents requires resourceVersionMatch %q", metav1.ResourceVersionMatchNotOlderThan))
+		}
+	}
+	switch o.table.IncludeObject {
+	case "", metav1.IncludeNone, metav1.IncludeMetadata, metav1.IncludeObject:
+	default:
+		return nil, badRequest(fmt.Sprintf("unrecognized includeObject value: %q", o.table.IncludeObject))
+	}
+	return o, nil
+}
+
+// isWatch reports whether the request is a WATCH (the query's watch
+// parameter or the /watch/ path).
+func isWatch(r *request, o *listOptions) bool { return r.watchPath || o.Watch }
+
+// methodVerb names a write method as the apiserver does in its 405.
+func methodVerb(method string, hasName bool) string {
+	switch method {
+	case http.MethodPost:
+		return "create"
+	case http.MethodPut:
+		return "update"
+	case http.MethodPatch:
+		return "patch"
+	case http.MethodDelete:
+		if hasName {
+			return "delete"
+		}
+		return "deletecollection"
+	}
+	return strings.ToLower(method)
+}

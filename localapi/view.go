@@ -1,0 +1,385 @@
+package localapi
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/boltinformer/boltinformer"
+)
+
+// DefaultWindowEvents is how many recent events each resource keeps for
+// watches to resume from (Options.WindowEvents).
+const DefaultWindowEvents = 4096
+
+// event is one change in a view's window. Immutable once added, but for
+// its lazily filled encodings.
+type event struct {
+	seq  uint64
+	typ  watch.EventType // Added, Modified or Deleted
+	key  string
+	obj  runtime.Object // the object after the change; for Deleted its final state
+	prev runtime.Object // the object before the change; nil for Added
+	rv   string
+	// enc caches the object's encodings for watches, by format.
+	enc [numFormats]atomic.Pointer[[]byte]
+}
+
+// view is one resource's served state, in the manner of the apiserver's
+// watch cache: the objects by key (sorted), their resourceVersion, and a
+// ring of the most recent events, from which a watch resumes and from
+// which a LIST at an older resourceVersion (a continue token) is rebuilt.
+// The informer feeds it (apply, under the informer's lock); requests read
+// it.
+type view struct {
+	capacity int
+
+	// mu guards everything below. Lock order: the informer's lock (apply
+	// runs under it) before mu; mu is never held while writing to a client.
+	mu     sync.RWMutex
+	objs   map[string]runtime.Object
+	keys   []string // sorted
+	rv     string
+	synced bool
+	// ring holds the events with sequence numbers first..next-1 at
+	// ring[seq%capacity]. startRV is the resourceVersion of the state
+	// before event first: a watch from startRV gets every retained event.
+	ring    []*event
+	first   uint64
+	next    uint64
+	startRV string
+	// changed is closed (and replaced) on every change, waking watches.
+	changed chan struct{}
+	// closed ends every watch (the handler was closed).
+	closed bool
+}
+
+func newView(capacity int) *view {
+	if capacity <= 0 {
+		capacity = DefaultWindowEvents
+	}
+	// Sequence numbers start at 1: a cursor of 0 is before anything.
+	return &view{capacity: capacity, ring: make([]*event, capacity), changed: make(chan struct{}), first: 1, next: 1, objs: map[string]runtime.Object{}}
+}
+
+// initLocked sets the view's content to st (what Observe returned).
+// Caller holds mu (or owns v).
+func (v *view) initLocked(st boltinformer.ObservedState) {
+	v.resetLocked(st.Objects, st.ResourceVersion)
+	v.synced = st.Synced
+}
+
+// resetLocked replaces the objects. Caller holds mu (or owns v).
+func (v *view) resetLocked(objs []any, rv string) {
+	v.objs = make(map[string]runtime.Object, len(objs))
+	v.keys = make([]string, 0, len(objs))
+	for _, o := range objs {
+		ro, ok := o.(runtime.Object)
+		if !ok {
+			continue
+		}
+		key, err := cache.MetaNamespaceKeyFunc(ro)
+		if err != nil {
+			continue
+		}
+		if _, dup := v.objs[key]; !dup {
+			v.keys = append(v.keys, key)
+		}
+		v.objs[key] = ro
+	}
+	sort.Strings(v.keys)
+	v.rv = rv
+	v.startRV = rv
+}
+
+// apply is the informer's observer: it records c. It never blocks on a
+// reader for longer than a reader holds mu (a selection, never a write to
+// a client).
+func (v *view) apply(c boltinformer.Change) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.closed {
+		return
+	}
+	switch c.Type {
+	case boltinformer.ChangeUpsert:
+		prev := v.objs[c.Key]
+		if prev == c.Object {
+			return // a resync
+		}
+		typ := watch.Modified
+		if prev == nil {
+			typ = watch.Added
+			v.insertKeyLocked(c.Key)
+		}
+		v.objs[c.Key] = c.Object
+		v.addLocked(&event{typ: typ, key: c.Key, obj: c.Object, prev: prev, rv: c.ResourceVersion})
+	case boltinformer.ChangeDelete:
+		prev, ok := v.objs[c.Key]
+		if !ok {
+			v.rv = c.ResourceVersion
+			break
+		}
+		obj := c.Object
+		if obj == nil {
+			obj = prev
+		}
+		delete(v.objs, c.Key)
+		v.removeKeyLocked(c.Key)
+		v.addLocked(&event{typ: watch.Deleted, key: c.Key, obj: obj, prev: prev, rv: c.ResourceVersion})
+	case boltinformer.ChangeReplace:
+		// A relist: the events in between are unknown. Every watch behind
+		// it ends with 410 Expired and its client relists, as after an
+		// apiserver restart: skip a sequence number so that even a watch
+		// that was up to date is behind the new window.
+		v.resetLocked(c.Objects, c.ResourceVersion)
+		v.synced = true
+		clear(v.ring)
+		v.next++
+		v.first = v.next
+	case boltinformer.ChangeBookmark:
+		if c.ResourceVersion != "" {
+			v.rv = c.ResourceVersion
+		}
+	}
+	v.notifyLocked()
+}
+
+// addLocked appends e to the window, dropping the oldest event when full.
+func (v *view) addLocked(e *event) {
+	if e.rv == "" {
+		e.rv = v.rv
+	}
+	if v.next-v.first == uint64(v.capacity) {
+		old := v.ring[v.first%uint64(v.capacity)]
+		v.startRV = old.rv
+		v.first++
+	}
+	e.seq = v.next
+	v.ring[e.seq%uint64(v.capacity)] = e
+	v.next++
+	v.rv = e.rv
+}
+
+func (v *view) notifyLocked() {
+	close(v.changed)
+	v.changed = make(chan struct{})
+}
+
+func (v *view) insertKeyLocked(key string) {
+	i := sort.SearchStrings(v.keys, key)
+	v.keys = append(v.keys, "")
+	copy(v.keys[i+1:], v.keys[i:])
+	v.keys[i] = key
+}
+
+func (v *view) removeKeyLocked(key string) {
+	i := sort.SearchStrings(v.keys, key)
+	if i < len(v.keys) && v.keys[i] == key {
+		v.keys = append(v.keys[:i], v.keys[i+1:]...)
+	}
+}
+
+// close ends every watch of the view and stops recording changes.
+func (v *view) close() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.closed {
+		v.closed = true
+		v.notifyLocked()
+	}
+}
+
+// position is where a watch from rv starts: the sequence number of the
+// first event after rv. Caller holds mu. It returns errTooOld when rv is
+// before the window, errTooNew when after the view's resourceVersion.
+func (v *view) positionLocked(rv string) (uint64, error) {
+	switch rv {
+	case v.rv:
+		return v.next, nil
+	case v.startRV:
+		return v.first, nil
+	}
+	for s := v.first; s < v.next; s++ {
+		if v.ring[s%uint64(v.capacity)].rv == rv {
+			return s + 1, nil
+		}
+	}
+	if c, err := resourceversion.CompareResourceVersion(rv, v.rv); err != nil {
+		return 0, errTooOld // not comparable, and not one we know
+	} else if c > 0 {
+		return 0, errTooNew
+	}
+	if c, err := resourceversion.CompareResourceVersion(rv, v.startRV); err != nil || c < 0 {
+		return 0, errTooOld
+	}
+	// Within the window: the first event newer than rv.
+	n := int(v.next - v.first)
+	i := sort.Search(n, func(i int) bool {
+		e := v.ring[(v.first+uint64(i))%uint64(v.capacity)]
+		c, err := resourceversion.CompareResourceVersion(e.rv, rv)
+		return err != nil || c > 0
+	})
+	return v.first + uint64(i), nil
+}
+
+// newerOrEqual reports whether the view's resourceVersion is at least rv
+// (rv not comparable: only when equal). Caller holds mu.
+func (v *view) newerOrEqualLocked(rv string) bool {
+	if rv == v.rv {
+		return true
+	}
+	c, err := resourceversion.CompareResourceVersion(v.rv, rv)
+	return err == nil && c >= 0
+}
+
+// eventsLocked appends to dst the events from seq on, at most max. Caller
+// holds mu; the events stay valid after it is released.
+func (v *view) eventsLocked(dst []*event, seq uint64, max int) []*event {
+	for s := seq; s < v.next && len(dst) < max; s++ {
+		dst = append(dst, v.ring[s%uint64(v.capacity)])
+	}
+	return dst
+}
+
+// pastLocked returns, for the state at the position seq (the events from
+// seq on not yet applied), the objects that differ from the current ones:
+// each key touched since, with its object then (nil: it did not exist).
+// Caller holds mu; seq must be within the window.
+func (v *view) pastLocked(seq uint64) map[string]runtime.Object {
+	past := map[string]runtime.Object{}
+	for s := seq; s < v.next; s++ {
+		e := v.ring[s%uint64(v.capacity)]
+		if _, seen := past[e.key]; !seen {
+			past[e.key] = e.prev
+		}
+	}
+	return past
+}
+
+// walkLocked calls fn, in key order, for each object after the key start
+// (all when start is "") and with the key prefix (all when ""), as of the
+// position seq (v.next: now), until fn returns false. Caller holds mu.
+func (v *view) walkLocked(seq uint64, start, prefix string, fn func(key string, obj runtime.Object) bool) {
+	from := start
+	if prefix > from {
+		from = prefix
+	}
+	i := sort.SearchStrings(v.keys, from)
+	if i < len(v.keys) && v.keys[i] == start {
+		i++
+	}
+	var past map[string]runtime.Object
+	var touched []string
+	if seq < v.next {
+		past = v.pastLocked(seq)
+		for k := range past {
+			if k > start && k >= prefix {
+				touched = append(touched, k)
+			}
+		}
+		sort.Strings(touched)
+	}
+	j := 0
+	for i < len(v.keys) || j < len(touched) {
+		var key string
+		switch {
+		case j >= len(touched) || (i < len(v.keys) && v.keys[i] < touched[j]):
+			key = v.keys[i]
+			i++
+		case i >= len(v.keys) || touched[j] < v.keys[i]:
+			key = touched[j]
+			j++
+		default: // the same key in both
+			key = v.keys[i]
+			i++
+			j++
+		}
+		if prefix != "" && !hasPrefix(key, prefix) {
+			if key > prefix {
+				// Keys are sorted: past the prefix's range, unless a
+				// touched key still is in it (it cannot be: sorted too).
+				return
+			}
+			continue
+		}
+		obj, ok := past[key]
+		if !ok {
+			obj = v.objs[key]
+		}
+		if obj == nil {
+			continue
+		}
+		if !fn(key, obj) {
+			return
+		}
+	}
+}
+
+func hasPrefix(s, prefix string) bool { return len(s) >= len(prefix) && s[:len(prefix)] == prefix }
+
+// rvOf returns obj's resourceVersion.
+func rvOf(obj runtime.Object) string {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return ""
+	}
+	return m.GetResourceVersion()
+}
+
+// getLocked returns the object of key at the position seq (v.next: now),
+// or nil. Caller holds mu.
+func (v *view) getLocked(seq uint64, key string) runtime.Object {
+	for s := seq; s < v.next; s++ {
+		if e := v.ring[s%uint64(v.capacity)]; e.key == key {
+			return e.prev
+		}
+	}
+	return v.objs[key]
+}
+
+// countAfterLocked counts the current keys after key that have the
+// prefix. Caller holds mu.
+func (v *view) countAfterLocked(key, prefix string) int {
+	i := sort.SearchStrings(v.keys, max(key, prefix))
+	if i < len(v.keys) && v.keys[i] == key {
+		i++
+	}
+	end := len(v.keys)
+	if prefix != "" {
+		// The first key past every key with the prefix: the prefix with
+		// its last byte incremented ("ns/" -> "ns0").
+		next := []byte(prefix)
+		next[len(next)-1]++
+		end = sort.SearchStrings(v.keys, string(next))
+	}
+	return max(0, end-i)
+}
+
+// checkRV refuses a resourceVersion that is not a well-formed one while
+// the view's are (a client's garbage, not an opaque version of another
+// server): a BadRequest, as in the apiserver.
+func (v *view) checkRV(rv string) error {
+	if rv == "" || rv == "0" || wellFormed(rv) {
+		return nil
+	}
+	v.mu.RLock()
+	current := v.rv
+	v.mu.RUnlock()
+	if wellFormed(current) {
+		return badRequest(fmt.Sprintf("invalid resource version: %q", rv))
+	}
+	return nil
+}
+
+func wellFormed(rv string) bool {
+	_, err := resourceversion.CompareResourceVersion(rv, rv)
+	return err == nil
+}
