@@ -37,8 +37,8 @@ var kindFields = map[schema.GroupKind]fieldSet{
 	{Kind: "Event"}: {[]string{"involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
 		"involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath",
 		"reason", "reportingComponent", "source", "type"}, eventFields},
-	{Group: "apps", Kind: "ReplicaSet"}:                          {[]string{"status.replicas"}, rsFields},
-	{Group: "batch", Kind: "Job"}:                                {[]string{"status.successful"}, jobFields},
+	{Group: "apps", Kind: "ReplicaSet"}:                               {[]string{"status.replicas"}, rsFields},
+	{Group: "batch", Kind: "Job"}:                                     {[]string{"status.successful"}, jobFields},
 	{Group: "certificates.k8s.io", Kind: "CertificateSigningRequest"}: {[]string{"spec.signerName"}, csrFields},
 }
 
