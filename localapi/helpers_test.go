@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/boltinformer/boltinformer"
@@ -56,8 +57,16 @@ func newPodSource(n int) *crashtest.Source {
 }
 
 // startAgent opens path (a new file in a temp dir when "") and runs a pods
-// informer named "v1/pods" on src until the test ends or stop is called.
-func startAgent(t testing.TB, path string, src *crashtest.Source) *agent {
+// informer named "v1/pods" on src, with handlers registered before Run,
+// until the test ends or stop is called.
+func startAgent(t testing.TB, path string, src *crashtest.Source, handlers ...cache.ResourceEventHandler) *agent {
+	t.Helper()
+	return startAgentWith(t, path, src, nil, handlers...)
+}
+
+// startAgentWith is startAgent calling beforeRun (when not nil) with the
+// agent whose informer is built but not running yet.
+func startAgentWith(t testing.TB, path string, src *crashtest.Source, beforeRun func(*agent), handlers ...cache.ResourceEventHandler) *agent {
 	t.Helper()
 	if path == "" {
 		path = filepath.Join(t.TempDir(), "cache.db")
@@ -70,13 +79,21 @@ func startAgent(t testing.TB, path string, src *crashtest.Source) *agent {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, h := range handlers {
+		if _, err := pods.AddEventHandler(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := &agent{path: path, src: src, db: db, pods: pods}
+	if beforeRun != nil {
+		beforeRun(a)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		pods.RunWithContext(ctx)
 	}()
-	a := &agent{path: path, src: src, db: db, pods: pods}
 	var once sync.Once
 	a.stop = func() {
 		once.Do(func() {

@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -23,8 +22,8 @@ import (
 // looser mode. An existing socket nobody serves on (left by a killed
 // agent) is replaced; one in use is ErrInUse; anything else at path (a
 // symlink, a file, a directory) is ErrUnsafePath, untouched. Closing the
-// listener removes the socket. Put it in a directory only the agent may
-// write to.
+// listener leaves the socket file (see unixListener). Put it in a
+// directory only the agent may write to.
 func ListenUnix(path string) (net.Listener, error) {
 	path = filepath.Clean(path)
 	if err := checkSocketPath(path); err != nil {
@@ -44,7 +43,7 @@ func ListenUnix(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("localapi: listen %s: %w", path, err)
 	}
 	ul := l.(*net.UnixListener)
-	ul.SetUnlinkOnClose(false) // the path changes below; Close removes it
+	ul.SetUnlinkOnClose(false) // the path changes below, and the file stays
 	fail := func(err error) (net.Listener, error) {
 		_ = ul.Close()
 		return nil, fmt.Errorf("localapi: listen %s: %w", path, err)
@@ -105,22 +104,15 @@ func describeMode(m fs.FileMode) string {
 	return m.Type().String()
 }
 
-// unixListener removes its socket on Close, if the path still is it.
+// unixListener keeps its socket file after Close: a client that dials it
+// while no agent serves gets "connection refused", which client-go's
+// reflector retries, resuming its watch from its resourceVersion when the
+// agent is back; a missing socket (ENOENT) would make it relist. The next
+// ListenUnix replaces the stale socket.
 type unixListener struct {
 	*net.UnixListener
 	path string
 	info fs.FileInfo
-	once sync.Once
-}
-
-func (l *unixListener) Close() error {
-	err := l.UnixListener.Close()
-	l.once.Do(func() {
-		if st, serr := os.Lstat(l.path); serr == nil && os.SameFile(st, l.info) {
-			_ = os.Remove(l.path)
-		}
-	})
-	return err
 }
 
 // ListenLocal listens on a loopback TCP address ("127.0.0.1:0" for any
@@ -189,9 +181,11 @@ func LoadOrCreateToken(path string) (string, error) {
 	return tok, nil
 }
 
-// Serve serves h on l until ctx is done, then ends every watch, waits up
-// to five seconds for requests in flight and closes l. It returns nil
-// after a shutdown by ctx, else the listener's error.
+// Serve serves h on l until ctx is done, then closes l (new connections
+// are refused, so that clients retry against the next server instead of
+// getting a watch that ends at once), ends every watch, and waits up to
+// five seconds for the requests in flight. It returns nil after a shutdown
+// by ctx, else the listener's error.
 func (h *Handler) Serve(ctx context.Context, l net.Listener) error {
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRequests()
@@ -200,8 +194,10 @@ func (h *Handler) Serve(ctx context.Context, l net.Listener) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return reqCtx },
-		ErrorLog:          nil,
 	}
+	// Shutdown closes the listeners, then runs this: the watches end and
+	// their connections go idle, which Shutdown then closes.
+	srv.RegisterOnShutdown(cancelRequests)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 	select {
@@ -209,11 +205,9 @@ func (h *Handler) Serve(ctx context.Context, l net.Listener) error {
 		return fmt.Errorf("localapi: serve: %w", err)
 	case <-ctx.Done():
 	}
-	cancelRequests() // watches end; lists finish
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := srv.Shutdown(sctx)
-	if err != nil {
+	if err := srv.Shutdown(sctx); err != nil {
 		_ = srv.Close()
 	}
 	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
