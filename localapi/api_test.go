@@ -252,8 +252,8 @@ func TestGetAndErrors(t *testing.T) {
 	}
 	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		for _, path := range []string{"/api/v1/namespaces/ns-1/pods/pod-000001", "/api/v1/namespaces/ns-1/pods", "/api/v1"} {
-			req, _ := http.NewRequest(m, "http://"+strings.TrimPrefix(cfg.Host, "http://")+path, strings.NewReader("{}"))
-			resp, err := http.DefaultClient.Do(req)
+			req, _ := http.NewRequest(m, cfg.Host+path, strings.NewReader("{}"))
+			resp, err := httpClient(t, cfg).Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -293,7 +293,7 @@ func TestFormats(t *testing.T) {
 	get := func(path, accept string) (int, string, []byte) {
 		req, _ := http.NewRequest(http.MethodGet, cfg.Host+path, nil)
 		req.Header.Set("Accept", accept)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := httpClient(t, cfg).Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

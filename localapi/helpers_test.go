@@ -2,6 +2,7 @@ package localapi_test
 
 import (
 	"context"
+	"net/http"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -121,7 +122,12 @@ func (a *agent) caughtUp(t testing.TB) {
 // for it.
 func serve(t testing.TB, h *localapi.Handler, token string) *rest.Config {
 	t.Helper()
-	l, err := localapi.ListenLocal("")
+	dir := t.TempDir()
+	cert, err := localapi.LoadOrCreateCert(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := localapi.ListenLocal("", cert)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +141,7 @@ func serve(t testing.TB, h *localapi.Handler, token string) *rest.Config {
 		}
 		_ = h.Close()
 	})
-	cfg := localapi.LocalConfig(l.Addr().String(), token)
+	cfg := localapi.LocalConfig(l.Addr().String(), token, cert)
 	cfg.QPS = -1
 	return cfg
 }
@@ -175,4 +181,14 @@ func restClient(t testing.TB, cfg *rest.Config, gv schema.GroupVersion) *rest.RE
 		t.Fatal(err)
 	}
 	return rc
+}
+
+// httpClient is an HTTP client for cfg (its CA and token).
+func httpClient(t testing.TB, cfg *rest.Config) *http.Client {
+	t.Helper()
+	c, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

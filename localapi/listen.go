@@ -3,10 +3,12 @@ package localapi
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -115,10 +117,16 @@ type unixListener struct {
 	info fs.FileInfo
 }
 
-// ListenLocal listens on a loopback TCP address ("127.0.0.1:0" for any
-// free port; "" means that). Any other address is refused: the local
-// API's only authentication is the bearer token, over plain HTTP.
-func ListenLocal(addr string) (net.Listener, error) {
+// ListenLocal listens with TLS (cert, see LoadOrCreateCert) on a loopback
+// TCP address ("127.0.0.1:0" for any free port; "" means that). Any other
+// address is refused: the local API's only authentication there is the
+// bearer token (Options.Token). TLS is what lets kubeconfig clients send
+// the token at all (client-go sends a kubeconfig's credentials only over
+// TLS).
+func ListenLocal(addr string, cert *Cert) (net.Listener, error) {
+	if cert == nil {
+		return nil, errors.New("localapi: ListenLocal needs a certificate (LoadOrCreateCert)")
+	}
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
@@ -134,7 +142,11 @@ func ListenLocal(addr string) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("localapi: listen %s: %w", addr, err)
 	}
-	return l, nil
+	return tls.NewListener(l, &tls.Config{
+		Certificates: []tls.Certificate{cert.TLS},
+		MinVersion:   tls.VersionTLS12,
+		NextProtos:   []string{"http/1.1"},
+	}), nil
 }
 
 // LoadOrCreateToken returns the bearer token in path, creating the file
@@ -194,6 +206,7 @@ func (h *Handler) Serve(ctx context.Context, l net.Listener) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return reqCtx },
+		ErrorLog:          log.New(logWriter{h}, "", 0),
 	}
 	// Shutdown closes the listeners, then runs this: the watches end and
 	// their connections go idle, which Shutdown then closes.
@@ -214,4 +227,13 @@ func (h *Handler) Serve(ctx context.Context, l net.Listener) error {
 		return fmt.Errorf("localapi: serve: %w", serr)
 	}
 	return nil
+}
+
+// logWriter passes the HTTP server's own messages (TLS handshake errors,
+// broken connections) to the handler's logger, at V(2).
+type logWriter struct{ h *Handler }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.h.logger.V(2).Info("HTTP server: " + strings.TrimSpace(string(p)))
+	return len(p), nil
 }

@@ -14,15 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 )
 
-// verb is what a resource request asks for.
-type verb int
-
-const (
-	verbGet verb = iota + 1
-	verbList
-	verbWatch
-)
-
 // request is a parsed resource request: /api/v1/namespaces/ns/pods/name,
 // /apis/g/v/resource, with the deprecated /watch/ segment.
 type request struct {

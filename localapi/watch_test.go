@@ -203,7 +203,7 @@ func TestWatchWindow(t *testing.T) {
 	// A LIST not older than the future waits, then says too large too,
 	// with a Retry-After (client-go retries it for ten seconds: a raw
 	// request here).
-	resp, err := http.Get(rc.Get().Resource("pods").Param("resourceVersion", future).URL().String())
+	resp, err := rc.Client.Get(rc.Get().Resource("pods").Param("resourceVersion", future).URL().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestWatchSlowReader(t *testing.T) {
 	a := startAgent(t, "", newPodSource(4))
 	_, cfg, _ := serveAgent(t, a, &localapi.Options{WindowEvents: 16})
 	req, _ := http.NewRequest(http.MethodGet, cfg.Host+"/api/v1/pods?watch=1&resourceVersion="+a.src.ResourceVersion(), nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient(t, cfg).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestWatchFormats(t *testing.T) {
 
 	req, _ := http.NewRequest(http.MethodGet, cfg.Host+"/api/v1/pods?watch=true&resourceVersion="+rv, nil)
 	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient(t, cfg).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
