@@ -193,11 +193,17 @@ func LoadOrCreateToken(path string) (string, error) {
 	return tok, nil
 }
 
+// socketConn marks the requests that came through a Unix socket: the
+// socket's mode authenticated them, they need no token.
+type socketConn struct{}
+
 // Serve serves h on l until ctx is done, then closes l (new connections
 // are refused, so that clients retry against the next server instead of
 // getting a watch that ends at once), ends every watch, and waits up to
 // five seconds for the requests in flight. It returns nil after a shutdown
-// by ctx, else the listener's error.
+// by ctx, else the listener's error. Requests through a Unix socket need
+// no token (the socket's mode 0600 is their authentication); the others
+// need Options.Token when it is set.
 func (h *Handler) Serve(ctx context.Context, l net.Listener) error {
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRequests()
@@ -206,7 +212,13 @@ func (h *Handler) Serve(ctx context.Context, l net.Listener) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return reqCtx },
-		ErrorLog:          log.New(logWriter{h}, "", 0),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if c.LocalAddr().Network() == "unix" {
+				return context.WithValue(ctx, socketConn{}, true)
+			}
+			return ctx
+		},
+		ErrorLog: log.New(logWriter{h}, "", 0),
 	}
 	// Shutdown closes the listeners, then runs this: the watches end and
 	// their connections go idle, which Shutdown then closes.

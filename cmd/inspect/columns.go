@@ -70,4 +70,3 @@ func objectTable(objs []*object, kind schema.GroupVersionKind, withNamespace, wi
 	}
 	return t
 }
-

@@ -70,6 +70,7 @@ after --timeout if a running agent holds the file.`,
 		a.newExportCommand(),
 		a.newStatsCommand(),
 		a.newCompactCommand(),
+		a.newServeCommand(),
 	)
 	return root
 }

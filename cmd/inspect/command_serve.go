@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+
+	"github.com/boltinformer/boltinformer/internal/codec"
+	"github.com/boltinformer/boltinformer/localapi"
+	"github.com/boltinformer/boltinformer/store"
+)
+
+type serveOptions struct {
+	listen     string
+	socket     string
+	kubeconfig string
+	stateDir   string
+	secrets    bool
+}
+
+// Test hooks: the context serve runs under (default: until SIGINT or
+// SIGTERM), and a call once it serves.
+var (
+	serveContext = func() (context.Context, context.CancelFunc) {
+		return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	}
+	serveStarted = func(kubeconfig string) {}
+)
+
+func (a *app) newServeCommand() *cobra.Command {
+	var o serveOptions
+	cmd := &cobra.Command{
+		Use:   "serve FILE",
+		Short: "Serve the cached objects as a read-only Kubernetes API (kubectl, client-go)",
+		Long: `serve reads every informer of a closed cache file into memory and serves
+them as a read-only Kubernetes API (the local API, see the README's "Local
+API"): discovery, get, list and watch, as of the file's resourceVersions.
+Watches get the objects and then bookmarks only: nothing changes. Writes get
+405. The file is read once and not held open.
+
+It listens with TLS on --listen (a loopback address only; the certificate
+and the bearer token are made in --state-dir) and writes a kubeconfig for
+kubectl and other clients; --socket adds a Unix socket (mode 0600) for Go
+clients. Secrets are served only with --secrets; encrypted payloads need
+--key-file. An informer whose objects do not all decode is not served (its
+requests get 403 with the reason), nor one whose file holds no complete
+list. It runs until interrupted.`,
+		Example: `  inspect serve cache.db --kubeconfig /tmp/cache.kubeconfig &
+  kubectl --kubeconfig /tmp/cache.kubeconfig get pods -A`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			keyring, err := readKeyFile(a.keyFile)
+			if err != nil {
+				return err
+			}
+			return a.serve(cmd, args[0], &o, keyring)
+		},
+	}
+	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:0", `loopback address to serve on with TLS ("" for none)`)
+	cmd.Flags().StringVar(&o.socket, "socket", "", "also serve on a Unix socket (mode 0600) at this path")
+	cmd.Flags().StringVar(&o.kubeconfig, "kubeconfig", "", "write the clients' kubeconfig here (default: STATE-DIR/kubeconfig)")
+	cmd.Flags().StringVar(&o.stateDir, "state-dir", "", "directory (0700) of the token, the TLS certificate and key (default: a new temporary one, removed at exit)")
+	cmd.Flags().BoolVar(&o.secrets, "secrets", false, "serve Secrets (not served by default)")
+	return cmd
+}
+
+func (a *app) serve(cmd *cobra.Command, path string, o *serveOptions, keyring *codec.Keyring) error {
+	if o.listen == "" && o.socket == "" {
+		return errors.New("nothing to serve on: give --listen or --socket")
+	}
+	snaps, err := a.snapshots(cmd, path, keyring)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	for _, s := range snaps {
+		if s.Refused != "" {
+			fmt.Fprintf(cmd.ErrOrStderr(), "warning: informer %q not served: %s\n", s.Informer, s.Refused)
+			continue
+		}
+		fmt.Fprintf(out, "informer %s: %d objects at resourceVersion %s\n", s.Informer, len(s.Objects), s.ResourceVersion)
+	}
+	var listeners []net.Listener
+	closeAll := func() {
+		for _, l := range listeners {
+			_ = l.Close()
+		}
+	}
+	logger := klog.Background().V(1)
+	hopts := &localapi.Options{Secrets: o.secrets, Logger: &logger}
+	var kubeconfig string
+	if o.listen != "" {
+		dir := o.stateDir
+		if dir == "" {
+			if dir, err = os.MkdirTemp("", "inspect-serve-"); err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+		} else if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		if hopts.Token, err = localapi.LoadOrCreateToken(filepath.Join(dir, "token")); err != nil {
+			return err
+		}
+		cert, err := localapi.LoadOrCreateCert(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"))
+		if err != nil {
+			return err
+		}
+		l, err := localapi.ListenLocal(o.listen, cert)
+		if err != nil {
+			return err
+		}
+		listeners = append(listeners, l)
+		kubeconfig = o.kubeconfig
+		if kubeconfig == "" {
+			kubeconfig = filepath.Join(dir, "kubeconfig")
+		}
+		if err := localapi.WriteKubeconfig(kubeconfig, l.Addr().String(), hopts.Token, cert); err != nil {
+			closeAll()
+			return err
+		}
+		fmt.Fprintf(out, "serving https://%s\nkubeconfig: %s\n", l.Addr(), kubeconfig)
+	}
+	if o.socket != "" {
+		l, err := localapi.ListenUnix(o.socket)
+		if err != nil {
+			closeAll()
+			return err
+		}
+		listeners = append(listeners, l)
+		fmt.Fprintf(out, "serving unix:%s\n", o.socket)
+	}
+	h, err := localapi.NewStatic(snaps, hopts)
+	if err != nil {
+		closeAll()
+		return err
+	}
+	defer h.Close()
+	return serveAll(h, listeners, out, kubeconfig)
+}
+
+// serveAll serves h on every listener until serveContext ends.
+func serveAll(h *localapi.Handler, listeners []net.Listener, out io.Writer, kubeconfig string) error {
+	ctx, stop := serveContext()
+	defer stop()
+	errs := make([]error, len(listeners))
+	var wg sync.WaitGroup
+	for i, l := range listeners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = h.Serve(ctx, l)
+			if errs[i] != nil {
+				stop() // one listener failed: stop them all
+			}
+		}()
+	}
+	fmt.Fprintln(out, "ready (interrupt to stop)")
+	serveStarted(kubeconfig)
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// snapshots reads every informer of the file: its objects, state and kind.
+// An informer that cannot be served whole is refused with the reason.
+func (a *app) snapshots(cmd *cobra.Command, path string, keyring *codec.Keyring) ([]localapi.Snapshot, error) {
+	var snaps []localapi.Snapshot
+	err := a.view(path, func(_ *store.DB, tx *store.Tx) error {
+		for _, inf := range tx.Informers() {
+			st := informerState(cmd, tx, inf)
+			d := newDecoder(inf, st, keyring)
+			s := localapi.Snapshot{Informer: inf, Kind: d.kind}
+			if st == nil || !st.Synced {
+				s.Refused = "the file holds no complete list of it"
+				snaps = append(snaps, s)
+				continue
+			}
+			s.Resource, s.ResourceVersion = st.Resource, st.ResourceVersion
+			var bad int
+			var reason string
+			_, err := scanObjects(tx, inf, nil, d, func(string) bool { return true }, func(o *object) error {
+				if o.obj == nil {
+					bad++
+					reason = fmt.Sprintf("object %q: %s", o.key, o.reason)
+					return nil
+				}
+				s.Objects = append(s.Objects, o.obj)
+				return nil
+			})
+			var ee *exitError
+			switch {
+			case errors.As(err, &ee):
+				s.Refused, s.Objects = ee.msg, nil // a key is missing or wrong
+			case err != nil:
+				return err
+			case bad > 0:
+				s.Refused, s.Objects = fmt.Sprintf("%d object(s) do not decode (%s)", bad, reason), nil
+			}
+			snaps = append(snaps, s)
+		}
+		return nil
+	})
+	return snaps, err
+}
