@@ -127,6 +127,13 @@ func agentLife(h *crashtest.History) func(ctx context.Context, env *crashtest.En
 		if !cache.WaitForCacheSync(ctx.Done(), a.synced) {
 			return ctx.Err()
 		}
+		// The synced state on disk before the kills may come: the parent
+		// counts on every later life starting warm (a kill before the
+		// first group commit of a cold start left an empty file, and the
+		// next life cold, on a loaded machine).
+		if err := db.Flush(ctx); err != nil {
+			return err
+		}
 		env.Mark("live", "warm=", podInf.Decision().Warm)
 		for _, e := range h.Events(k, k+live) {
 			if err := pods.Apply(e); err != nil {
