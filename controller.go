@@ -154,10 +154,15 @@ func (c *controller) HasSyncedChecker() cache.DoneChecker { return c.cfg.Queue.H
 
 // LastSyncResourceVersion is the reflector's ("" before Run).
 func (c *controller) LastSyncResourceVersion() string {
+	if r := c.currentReflector(); r != nil {
+		return r.LastSyncResourceVersion()
+	}
+	return ""
+}
+
+// currentReflector returns the reflector (nil before Run).
+func (c *controller) currentReflector() *cache.Reflector {
 	c.reflectorMu.RLock()
 	defer c.reflectorMu.RUnlock()
-	if c.reflector == nil {
-		return ""
-	}
-	return c.reflector.LastSyncResourceVersion()
+	return c.reflector
 }

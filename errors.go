@@ -14,6 +14,13 @@ var (
 	ErrStopped = errors.New("boltinformer: informer has stopped")
 	// ErrInformerExists means the DB already has an informer of that name.
 	ErrInformerExists = errors.New("boltinformer: informer name already in use")
+	// ErrApply is wrapped by the *ApplyError an informer reports (to its
+	// watch error handler, Health and the log) when it could not apply
+	// objects as received: an index function failed (the object is
+	// stored without that index's values and delivered; the error also
+	// wraps indexer.ErrIndexFunc), or the cache refused the object (not
+	// stored, not delivered).
+	ErrApply = errors.New("boltinformer: objects not applied as received")
 	// ErrClosed means the DB was used after Close.
 	ErrClosed = errors.New("boltinformer: DB is closed")
 	// ErrEncryptionKey means an informer's Keyring (or its absence) does

@@ -54,6 +54,14 @@ type Health struct {
 	// FreshFallback says why freshness is the first watch event rather
 	// than a metadata list's diff, if it is.
 	FreshFallback string `json:"freshFallback,omitempty"`
+	// IndexErrorObjects counts the objects in the cache stored without
+	// the values of some index because an index function failed on them
+	// (known since the informer was built: a restart counts from zero).
+	// Listers querying those indexes miss them; DB.Healthy reports them.
+	IndexErrorObjects int `json:"indexErrorObjects,omitempty"`
+	// ApplyError is the last *ApplyError the informer reported ("" if
+	// none), even if its objects have been written since.
+	ApplyError string `json:"applyError,omitempty"`
 	// CommitError is the last commit's error ("" if it succeeded).
 	CommitError string `json:"commitError,omitempty"`
 	// WatchError is the last list/watch error seen ("" if none).
@@ -77,6 +85,10 @@ func (s *Informer) Health() Health {
 	}
 	if err := s.indexer.CommitError(); err != nil {
 		h.CommitError = err.Error()
+	}
+	h.IndexErrorObjects = s.indexer.IndexErrors()
+	if err := s.lastApplyError(); err != nil {
+		h.ApplyError = err.Error()
 	}
 	h.Loaded, h.Fresh, h.Live = s.loaded.reached(), s.fresh.reached(), s.live.reached()
 	if rv := s.freshSt.rv.Load(); rv != nil && h.Fresh {
@@ -105,9 +117,11 @@ func (db *DB) Health() []Health {
 	return out
 }
 
-// Healthy returns nil when every informer has synced and the last group
-// commit succeeded, else an error wrapping ErrUnhealthy that says why. A
-// lost uplink alone is not unhealthy: the cache still serves.
+// Healthy returns nil when every informer has synced, holds every object
+// it received with all its index values (see Health.IndexErrorObjects)
+// and the last group commit succeeded, else an error
+// wrapping ErrUnhealthy that says why. A lost uplink alone is not
+// unhealthy: the cache still serves.
 func (db *DB) Healthy() error {
 	var errs []error
 	if err := db.committer.LastError(); err != nil {
@@ -116,6 +130,10 @@ func (db *DB) Healthy() error {
 	for _, h := range db.Health() {
 		if !h.Synced {
 			errs = append(errs, fmt.Errorf("%w: informer %q has not synced", ErrUnhealthy, h.Informer))
+		}
+		if h.IndexErrorObjects > 0 {
+			errs = append(errs, fmt.Errorf("%w: informer %q: %d objects stored without some index values (index functions failed): %s",
+				ErrUnhealthy, h.Informer, h.IndexErrorObjects, h.ApplyError))
 		}
 	}
 	return errors.Join(errs...)

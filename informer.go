@@ -175,8 +175,13 @@ type Informer struct {
 	handlersSynced chan struct{}
 	diskAnswer     atomic.Bool // the next ReplacedAll is the disk answer
 	counters       informerCounters
-	listed         atomic.Bool  // a list (from disk or server) was applied
-	expiredSeen    atomic.Int64 // reflector.Stats.Expired at the last relist
+	// apply is what the cache could not apply as received (apply.go).
+	apply applyState
+	// runCtx is Run's context, set by start before the loop runs: the
+	// watch error handler's, for what the loop reports (reportApply).
+	runCtx      context.Context
+	listed      atomic.Bool  // a list (from disk or server) was applied
+	expiredSeen atomic.Int64 // reflector.Stats.Expired at the last relist
 
 	// Undecodable objects found after the load (onUndecodable): a copy of
 	// the file is kept once, and a relist is requested from the reflector
@@ -190,7 +195,7 @@ type Informer struct {
 	// before blockDeltas.
 	startedMu                       sync.Mutex
 	started, stopped                bool
-	controller                      cache.Controller
+	controller                      *controller
 	resume                          *reflector.ListerWatcher
 	transform                       cache.TransformFunc
 	watchErrorHandler               cache.WatchErrorHandlerWithContext
@@ -427,6 +432,7 @@ func (s *Informer) start(ctx context.Context) (bool, error) {
 	if s.started {
 		return false, errRunTwice
 	}
+	s.runCtx = ctx
 	logger := klog.FromContext(ctx).WithValues("informer", s.name)
 	ropts := &reflector.Options{Clock: s.db.clock, Relist: s.partialRelist}
 	if s.decision.Warm {
@@ -786,9 +792,14 @@ func (s *Informer) handleDeltas(obj any, isInInitialList bool) error {
 		return errors.New("boltinformer: object given as Process argument is not Deltas")
 	}
 	s.awaitInitial(deltas)
-	s.blockDeltas.Lock()
-	defer s.blockDeltas.Unlock()
-	return s.processDeltasLocked(deltas, isInInitialList)
+	var a applyErrors
+	err := func() error {
+		s.blockDeltas.Lock()
+		defer s.blockDeltas.Unlock()
+		return s.processDeltasLocked(deltas, isInInitialList, &a)
+	}()
+	s.reportApply(&a)
+	return err
 }
 
 // lockAfterInitial takes blockDeltas once the initial adds of a warm start
@@ -807,9 +818,11 @@ func (s *Informer) lockAfterInitial() {
 	}
 }
 
-// processDeltasLocked mirrors client-go's processDeltas. Caller holds
-// blockDeltas.
-func (s *Informer) processDeltasLocked(deltas cache.Deltas, isInInitialList bool) error {
+// processDeltasLocked mirrors client-go's processDeltas, except that an
+// object the cache cannot apply as received is collected in a (apply.go)
+// instead of ending the batch: stored without some index values, it is
+// delivered; refused, it is not. Caller holds blockDeltas.
+func (s *Informer) processDeltasLocked(deltas cache.Deltas, isInInitialList bool, a *applyErrors) error {
 	for _, d := range deltas {
 		obj := d.Object
 		if d.Type != cache.Bookmark && d.Type != cache.SyncAll && d.Type != cache.ReplacedAll {
@@ -821,7 +834,7 @@ func (s *Informer) processDeltasLocked(deltas cache.Deltas, isInInitialList bool
 			if !ok {
 				return fmt.Errorf("boltinformer: ReplacedAll did not contain ReplacedAllInfo: %T", obj)
 			}
-			if err := s.replaceAllLocked(info, isInInitialList); err != nil {
+			if err := s.replaceAllLocked(info, isInInitialList, a); err != nil {
 				return err
 			}
 		case cache.SyncAll:
@@ -831,13 +844,13 @@ func (s *Informer) processDeltasLocked(deltas cache.Deltas, isInInitialList bool
 			return nil
 		case cache.Sync, cache.Replaced, cache.Added, cache.Updated:
 			if old, exists, err := s.indexer.Get(obj); err == nil && exists {
-				if err := s.indexer.Update(obj); err != nil {
-					return err
+				if !s.noteWriteLocked(a, s.indexer.Update(obj)) {
+					continue
 				}
 				s.onUpdate(old, obj)
 			} else {
-				if err := s.indexer.Add(obj); err != nil {
-					return err
+				if !s.noteWriteLocked(a, s.indexer.Add(obj)) {
+					continue
 				}
 				s.processor.Distribute(processor.AddNotification{Obj: obj, InInitialList: isInInitialList}, false)
 			}
@@ -868,7 +881,7 @@ func (s *Informer) processDeltasLocked(deltas cache.Deltas, isInInitialList bool
 // replaceAllLocked applies a relist: deletions of what is gone (as
 // DeletedFinalStateUnknown), then updates and adds in list order, as
 // client-go does. The disk answer of a warm start is not a change.
-func (s *Informer) replaceAllLocked(info cache.ReplacedAllInfo, isInInitialList bool) error {
+func (s *Informer) replaceAllLocked(info cache.ReplacedAllInfo, isInInitialList bool, a *applyErrors) error {
 	if s.diskAnswer.CompareAndSwap(true, false) {
 		s.indexer.Bookmark(info.ResourceVersion)
 		s.notifyLocked(Change{Type: ChangeBookmark, ResourceVersion: info.ResourceVersion})
@@ -879,7 +892,7 @@ func (s *Informer) replaceAllLocked(info cache.ReplacedAllInfo, isInInitialList 
 	// to the notifications below.
 	defer s.markFreshLocked(info.ResourceVersion)
 	if p := s.partial.Load(); p != nil && p.rv == info.ResourceVersion && s.partial.CompareAndSwap(p, nil) {
-		return s.patchLocked(info, p, isInInitialList)
+		return s.patchLocked(info, p, isInInitialList, a)
 	}
 	s.counters.events.Add(int64(len(info.Objects)))
 	if s.listed.Swap(true) {
@@ -914,14 +927,21 @@ func (s *Informer) replaceAllLocked(info cache.ReplacedAllInfo, isInInitialList 
 			replacements = append(replacements, replacement{nil, obj})
 		}
 	}
-	if err := s.indexer.Replace(info.Objects, info.ResourceVersion); err != nil {
+	// An index function's error stores the object nonetheless: every
+	// notification is delivered. A refusal leaves the object out of the
+	// cache: only its notification is held back.
+	held, err := s.noteListLocked(a, info.Objects, s.indexer.Replace(info.Objects, info.ResourceVersion))
+	if err != nil {
 		return err
 	}
 	s.notifyLocked(Change{Type: ChangeReplace, Objects: info.Objects, ResourceVersion: info.ResourceVersion})
 	for _, d := range deletions {
 		s.distributeDeleteLocked(processor.DeleteNotification{Old: d})
 	}
-	for _, r := range replacements {
+	for i, r := range replacements {
+		if held != nil && held[i] {
+			continue
+		}
 		if r.old != nil {
 			s.onUpdate(r.old, r.new)
 		} else {
@@ -931,10 +951,41 @@ func (s *Informer) replaceAllLocked(info cache.ReplacedAllInfo, isInInitialList 
 	return nil
 }
 
+// noteListLocked classifies the error of storing a list's objects (Replace
+// or Patch, which store every object they do not refuse): it returns
+// which objects are not in the cache (nil if none). A key error refuses
+// the whole list before anything changes: it is returned, and nothing is
+// to be delivered. Caller holds blockDeltas.
+func (s *Informer) noteListLocked(a *applyErrors, objs []any, err error) (held []bool, whole error) {
+	var kerr cache.KeyError
+	if errors.As(err, &kerr) {
+		a.addRefused(err)
+		return nil, err
+	}
+	a.add(err)
+	if !indexer.Refused(err) {
+		return nil, nil
+	}
+	held = make([]bool, len(objs))
+	for i, obj := range objs {
+		key, kerr := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+		if kerr != nil {
+			continue
+		}
+		cur, exists, gerr := s.indexer.GetByKey(key)
+		if gerr == nil && exists && sameRV(cur, obj) {
+			continue
+		}
+		held[i] = true
+		a.addRefused(fmt.Errorf("boltinformer: object %q of the list not stored: %w", key, err))
+	}
+	return held, nil
+}
+
 // patchLocked applies a partial relist (partialRelist): the changed
 // objects, and the deletions the diff found, carrying the last object the
 // cache knew (cache.DeletedFinalStateUnknown, as a relist delivers them).
-func (s *Informer) patchLocked(info cache.ReplacedAllInfo, p *partialAnswer, isInInitialList bool) error {
+func (s *Informer) patchLocked(info cache.ReplacedAllInfo, p *partialAnswer, isInInitialList bool, a *applyErrors) error {
 	s.counters.events.Add(int64(len(info.Objects) + len(p.gone)))
 	s.countRelist()
 	var deletions []cache.DeletedFinalStateUnknown
@@ -952,18 +1003,24 @@ func (s *Informer) patchLocked(info cache.ReplacedAllInfo, p *partialAnswer, isI
 		}
 		replacements = append(replacements, replacement{old, obj})
 	}
-	err := s.indexer.Patch(info.Objects, p.gone, info.ResourceVersion)
+	held, err := s.noteListLocked(a, info.Objects, s.indexer.Patch(info.Objects, p.gone, info.ResourceVersion))
+	if err != nil {
+		return err
+	}
 	for _, d := range deletions {
 		s.distributeDeleteLocked(processor.DeleteNotification{Old: d})
 	}
-	for _, r := range replacements {
+	for i, r := range replacements {
+		if held != nil && held[i] {
+			continue
+		}
 		if r.old != nil {
 			s.onUpdate(r.old, r.new)
 		} else {
 			s.processor.Distribute(processor.AddNotification{Obj: r.new, InInitialList: isInInitialList}, false)
 		}
 	}
-	return err
+	return nil
 }
 
 // countRelist counts a relist from the server by its cause.
@@ -983,11 +1040,25 @@ func (s *Informer) onUpdate(old, new any) {
 }
 
 // handleBatchDeltas mirrors client-go's processDeltasInBatch: one
-// indexer transaction, then the handlers.
+// indexer transaction, then the handlers. What the cache could not apply
+// as received is reported (apply.go) once the lock is released.
 func (s *Informer) handleBatchDeltas(deltas []cache.Delta, isInInitialList bool) error {
 	s.awaitInitial(deltas)
-	s.blockDeltas.Lock()
-	defer s.blockDeltas.Unlock()
+	var a applyErrors
+	err := func() error {
+		s.blockDeltas.Lock()
+		defer s.blockDeltas.Unlock()
+		return s.processBatchLocked(deltas, isInInitialList, &a)
+	}()
+	s.reportApply(&a)
+	return err
+}
+
+// processBatchLocked applies a batch of watch deltas in one indexer
+// transaction and delivers what was stored: an object an index function
+// failed on is stored and delivered; a refused one is neither. Caller
+// holds blockDeltas.
+func (s *Informer) processBatchLocked(deltas []cache.Delta, isInInitialList bool, a *applyErrors) error {
 	s.counters.events.Add(int64(len(deltas)))
 	txns := make([]cache.Transaction, 0, len(deltas))
 	notes := make([]processor.Notification, 0, len(deltas))
@@ -1014,10 +1085,27 @@ func (s *Informer) handleBatchDeltas(deltas []cache.Delta, isInInitialList bool)
 		}
 	}
 	if terr := s.indexer.Transaction(txns...); terr != nil {
+		stored := make([]bool, len(txns))
 		for _, i := range terr.SuccessfulIndices {
+			stored[i] = true
+		}
+		for _, e := range terr.Errors {
+			if indexer.Refused(e) {
+				a.addRefused(e)
+			} else {
+				a.add(e)
+			}
+		}
+		for i, ok := range stored {
+			if !ok {
+				continue
+			}
 			s.notifyDeltaLocked(deltas[i])
 			s.distributeLocked(notes[i], syncs[i])
 			s.observeDeltaLocked(deltas[i])
+		}
+		if len(terr.SuccessfulIndices) == len(txns) {
+			return nil // all stored, all delivered; the errors are reported
 		}
 		return fmt.Errorf("boltinformer: not all items in the batch successfully processed: %s", terr.Error())
 	}

@@ -8,6 +8,13 @@ import (
 )
 
 var (
+	// ErrIndexFunc is wrapped by the error of a write (Add, Update,
+	// Replace, Patch, Transaction) when an index function failed on an
+	// object: the object is stored nonetheless, with no values in that
+	// index (client-go's indexer panics instead). Each failure is an
+	// *IndexFuncError; a write with several returns them joined.
+	// AddIndexers is the exception: it refuses the new indexes (see it).
+	ErrIndexFunc = errors.New("indexer: index function failed")
 	// ErrClosed means the indexer was used after Close.
 	ErrClosed = errors.New("indexer: closed")
 	// ErrIndexConflict means AddIndexers named an index that exists.
@@ -40,4 +47,69 @@ func errNoIndex(name string) error {
 // errIndexConflict is AddIndexers' error for names that exist.
 func errIndexConflict(names []string) error {
 	return &clientGoError{fmt.Sprintf("indexer conflict: %v", sets.New(names...)), ErrIndexConflict}
+}
+
+// IndexFuncError is one index function's failure on one object, which was
+// stored without values in that index. It wraps ErrIndexFunc and the
+// function's error.
+type IndexFuncError struct {
+	// Key is the object's key, Index the index's name.
+	Key, Index string
+	// Err is the index function's error.
+	Err error
+}
+
+// Error says what failed, in client-go's words (its indexer panics with
+// them), and what was done.
+func (e *IndexFuncError) Error() string {
+	return fmt.Sprintf("indexer: unable to calculate an index entry for key %q on index %q: %v (stored without values for that index)", e.Key, e.Index, e.Err)
+}
+
+// Unwrap returns ErrIndexFunc and the index function's error.
+func (e *IndexFuncError) Unwrap() []error { return []error{ErrIndexFunc, e.Err} }
+
+// Refused reports whether err, returned by a write, says that an object
+// was not stored: true for every error but index function errors (which
+// store the object) and nil.
+func Refused(err error) bool {
+	switch e := err.(type) {
+	case nil:
+		return false
+	case *IndexFuncError:
+		return false
+	case interface{ Unwrap() []error }:
+		for _, inner := range e.Unwrap() {
+			if Refused(inner) {
+				return true
+			}
+		}
+		return false
+	case interface{ Unwrap() error }:
+		if inner := e.Unwrap(); inner != nil {
+			return Refused(inner)
+		}
+	}
+	return true
+}
+
+// IndexFuncErrors returns the index function errors err holds (joined or
+// wrapped), in order.
+func IndexFuncErrors(err error) []*IndexFuncError {
+	var out []*IndexFuncError
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case nil:
+		case *IndexFuncError:
+			out = append(out, e)
+		case interface{ Unwrap() []error }:
+			for _, inner := range e.Unwrap() {
+				walk(inner)
+			}
+		case interface{ Unwrap() error }:
+			walk(e.Unwrap())
+		}
+	}
+	walk(err)
+	return out
 }

@@ -1,7 +1,9 @@
 package indexer
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -49,21 +51,63 @@ func newIndexSet(indexers cache.Indexers) *indexSet {
 	return s
 }
 
-// compute runs every index function on obj. An index function's error is
-// returned (client-go's indexer panics instead).
-func (s *indexSet) compute(key string, obj any) ([][]string, error) {
+// compute runs every index function on obj. vals is always complete: a
+// function's error leaves its index without values for obj (the others
+// are computed) and is returned as an *IndexFuncError, joined when
+// several fail (client-go's indexer panics instead).
+func (s *indexSet) compute(key string, obj any) (vals [][]string, err error) {
 	if len(s.funcs) == 0 {
 		return nil, nil
 	}
-	vals := make([][]string, len(s.funcs))
+	vals = make([][]string, len(s.funcs))
+	var errs []error
 	for i, f := range s.funcs {
-		v, err := f(obj)
-		if err != nil {
-			return nil, fmt.Errorf("indexer: unable to calculate an index entry for key %q on index %q: %w", key, s.names[i], err)
+		v, ferr := f(obj)
+		if ferr != nil {
+			errs = append(errs, &IndexFuncError{Key: key, Index: s.names[i], Err: ferr})
+			continue
 		}
 		vals[i] = v
 	}
-	return vals, nil
+	switch len(errs) {
+	case 0:
+		return vals, nil
+	case 1:
+		return vals, errs[0]
+	default:
+		return vals, errors.Join(errs...)
+	}
+}
+
+// sameValues reports whether two objects' index values (aligned with the
+// same names) are equal, each index's values compared as sets (index
+// functions may return them in any order, e.g. from a map).
+func sameValues(a, b [][]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if len(a[i]) != len(b[i]) {
+			return false
+		}
+		if len(a[i]) == 1 {
+			if a[i][0] != b[i][0] {
+				return false
+			}
+			continue
+		}
+		for _, v := range a[i] {
+			if !slices.Contains(b[i], v) {
+				return false
+			}
+		}
+		for _, v := range b[i] {
+			if !slices.Contains(a[i], v) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // update moves key from its old values to its new ones.

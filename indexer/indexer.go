@@ -177,6 +177,11 @@ type Indexer struct {
 	commitErr   error
 	closed      bool
 
+	// indexErrs are the keys whose object is stored without the values
+	// of some index, because an index function failed on it, with the
+	// error (since Open: the records do not say why a value is missing).
+	indexErrs map[string]error
+
 	// The background fill of lazy objects (lazy.go): fillMu makes the
 	// fill and the callers that need every object take turns; decoded is
 	// closed when no key is lazy.
@@ -228,6 +233,7 @@ func Open(db *store.DB, name string, indexers cache.Indexers, opts *Options) (*I
 		decoded:       make(chan struct{}),
 
 		undecodable: map[string]error{},
+		indexErrs:   map[string]error{},
 	}
 	if x.keyFunc == nil {
 		x.keyFunc = cache.DeletionHandlingMetaNamespaceKeyFunc
@@ -324,12 +330,12 @@ func objectRV(obj any) (rv, uid string, ok bool) {
 	return m.GetResourceVersion(), string(m.GetUID()), true
 }
 
-// putLocked stores obj under key in memory and queues its write.
+// putLocked stores obj under key in memory and queues its write. An index
+// function's error is returned after obj is stored without values in
+// that index.
 func (x *Indexer) putLocked(key string, obj any) error {
-	vals, err := x.idx.compute(key, obj)
-	if err != nil {
-		return err
-	}
+	vals, ierr := x.idx.compute(key, obj)
+	x.noteIndexErrLocked(key, ierr)
 	it := x.items[key]
 	if it == nil {
 		it = &item{}
@@ -345,7 +351,28 @@ func (x *Indexer) putLocked(key string, obj any) error {
 		x.lru.Remove(key)
 	}
 	x.queueLocked(key, pendingOp{kind: opPut, obj: obj, names: x.idx.names, vals: vals})
-	return nil
+	return ierr
+}
+
+// noteIndexErrLocked records whether key's object is stored without some
+// index values (err, from compute, not nil).
+func (x *Indexer) noteIndexErrLocked(key string, err error) {
+	if err != nil {
+		x.indexErrs[key] = err
+	} else if len(x.indexErrs) > 0 {
+		delete(x.indexErrs, key)
+	}
+}
+
+// IndexErrors returns the number of objects stored without the values of
+// some index because an index function failed on them, as of this Open:
+// the records do not say why an index has no value for an object, so a
+// reopened indexer counts from zero (the next write of such an object
+// runs the functions again).
+func (x *Indexer) IndexErrors() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return len(x.indexErrs)
 }
 
 // queueLocked makes op key's pending mutation, reusing the pendingOp a
@@ -367,6 +394,7 @@ func (x *Indexer) deleteLocked(key string) {
 	}
 	x.idx.update(key, it.vals, nil)
 	x.forgetLazyLocked(key)
+	delete(x.indexErrs, key)
 	delete(x.items, key)
 	delete(x.objs, key)
 	if x.bounded {
@@ -397,7 +425,8 @@ func (x *Indexer) transformed(obj any) (any, error) {
 	return out, nil
 }
 
-// Update stores obj.
+// Update stores obj. An index function's error (ErrIndexFunc) is returned
+// after obj is stored without values in that index.
 func (x *Indexer) Update(obj any) error {
 	key, err := x.keyFunc(obj)
 	if err != nil {
@@ -408,15 +437,10 @@ func (x *Indexer) Update(obj any) error {
 	}
 	x.mu.Lock()
 	err = x.putLocked(key, obj)
-	if err == nil {
-		x.setRVFromLocked(obj)
-	}
+	x.setRVFromLocked(obj)
 	x.mu.Unlock()
-	if err != nil {
-		return err
-	}
 	x.committer.Notify(1)
-	return nil
+	return err
 }
 
 // Delete removes obj's key (obj may be a cache.DeletedFinalStateUnknown).
@@ -434,7 +458,10 @@ func (x *Indexer) Delete(obj any) error {
 }
 
 // Transaction applies txns under one lock acquisition; the resourceVersion
-// becomes that of the last one (like client-go's thread-safe store).
+// becomes that of the last one (like client-go's thread-safe store). An
+// object an index function failed on is stored (without values in that
+// index): its index is among SuccessfulIndices and the error, wrapping
+// ErrIndexFunc, among Errors.
 func (x *Indexer) Transaction(txns ...cache.Transaction) *cache.TransactionError {
 	type keyed struct {
 		key string
@@ -464,7 +491,9 @@ func (x *Indexer) Transaction(txns ...cache.Transaction) *cache.TransactionError
 		case cache.TransactionTypeAdd, cache.TransactionTypeUpdate:
 			if err := x.putLocked(k.key, k.txn.Object); err != nil {
 				errs = append(errs, err)
-				continue
+				if Refused(err) {
+					continue
+				}
 			}
 		case cache.TransactionTypeDelete:
 			x.deleteLocked(k.key)
@@ -484,7 +513,9 @@ func (x *Indexer) Transaction(txns ...cache.Transaction) *cache.TransactionError
 
 // Replace replaces the whole content with list as of resourceVersion. Only
 // the objects that changed (or are gone) are written; an object whose
-// resourceVersion and UID are unchanged is not rewritten.
+// resourceVersion, UID and index values are unchanged is not rewritten.
+// Index function errors are returned, joined, after every object is
+// stored (without values in the failing indexes).
 func (x *Indexer) Replace(list []any, resourceVersion string) error {
 	keys := make([]string, len(list))
 	if x.transform != nil {
@@ -510,19 +541,20 @@ func (x *Indexer) Replace(list []any, resourceVersion string) error {
 		if it := x.items[key]; it != nil && !x.reset && !bad {
 			rv, uid, _ := objectRV(obj)
 			if rv != "" && rv == it.rv && uid == it.uid {
-				// Unchanged on disk: swap the object in memory only.
-				vals, err := x.idx.compute(key, obj)
-				if err != nil {
-					firstErr = errors.Join(firstErr, err)
+				// Unchanged on disk: swap the object in memory only,
+				// unless its index values are not the record's (an index
+				// function that failed, on it now or before), which
+				// putLocked rewrites.
+				vals, ierr := x.idx.compute(key, obj)
+				_, failed := x.indexErrs[key]
+				if ierr == nil && !failed && slices.Equal(it.valNames, x.idx.names) && sameValues(vals, it.vals) {
+					it.vals = vals
+					if !x.bounded {
+						x.objs[key] = obj
+						x.forgetLazyLocked(key)
+					}
 					continue
 				}
-				x.idx.update(key, it.vals, vals)
-				it.vals, it.valNames = vals, x.idx.names
-				if !x.bounded {
-					x.objs[key] = obj
-					x.forgetLazyLocked(key)
-				}
-				continue
 			}
 		}
 		if err := x.putLocked(key, obj); err != nil {
@@ -898,7 +930,7 @@ func (x *Indexer) AddIndexers(newIndexers cache.Indexers) error {
 	for k, v := range newIndexers {
 		all[k] = v
 	}
-	if err := x.reindexLocked(newIndexSet(all)); err != nil {
+	if _, err := x.reindexLocked(newIndexSet(all), true); err != nil {
 		return err
 	}
 	x.committer.Notify(len(x.items) + 1)
@@ -906,8 +938,13 @@ func (x *Indexer) AddIndexers(newIndexers cache.Indexers) error {
 }
 
 // reindexLocked switches to idx, recomputing every object's index values
-// and queueing their records for rewriting.
-func (x *Indexer) reindexLocked(idx *indexSet) error {
+// and queueing their records for rewriting. If strict, an index
+// function's error is returned as err before anything changes (AddIndexers
+// refuses the new indexes, as its caller can fix them); else the object
+// is kept without values in that index and idxErr returns the errors,
+// joined (a load must not fail on one object). err is also what makes
+// the switch impossible (objects that cannot be read).
+func (x *Indexer) reindexLocked(idx *indexSet, strict bool) (idxErr, err error) {
 	keys := make([]string, 0, len(x.items))
 	for k := range x.items {
 		keys = append(keys, k)
@@ -918,9 +955,11 @@ func (x *Indexer) reindexLocked(idx *indexSet) error {
 	if x.bounded {
 		objs = x.fetchManyLocked(keys)
 		if len(objs) != len(keys) {
-			return fmt.Errorf("indexer %q: backfill: could not read every object", x.name)
+			return nil, fmt.Errorf("indexer %q: backfill: could not read every object", x.name)
 		}
 	}
+	failed := map[string]error{}
+	var errs []error
 	for i, k := range keys {
 		obj := any(nil)
 		if x.bounded {
@@ -932,13 +971,18 @@ func (x *Indexer) reindexLocked(idx *indexSet) error {
 			// Undecodable: no index values until the server sends it.
 			continue
 		}
-		v, err := idx.compute(k, obj)
-		if err != nil {
-			return err
+		v, cerr := idx.compute(k, obj)
+		if cerr != nil {
+			if strict {
+				return nil, cerr
+			}
+			failed[k] = cerr
+			errs = append(errs, cerr)
 		}
 		vals[i] = v
 	}
 	x.idx = idx
+	x.indexErrs = failed
 	for i, k := range keys {
 		it := x.items[k]
 		x.idx.update(k, nil, vals[i])
@@ -950,7 +994,7 @@ func (x *Indexer) reindexLocked(idx *indexSet) error {
 		x.pending[k] = &pendingOp{kind: opReindex, names: idx.names, vals: vals[i]}
 	}
 	x.stateDirty = true
-	return nil
+	return errors.Join(errs...), nil
 }
 
 // decodeWorkers bounds parallel decoding.

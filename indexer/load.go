@@ -246,8 +246,15 @@ func (x *Indexer) load(useSnapshot bool) error {
 		// A fresh set: the values loaded from the records may be stale for
 		// an index that was dropped and is now back (perhaps with another
 		// function under the same name).
-		if err := x.reindexLocked(newIndexSet(x.idx.indexers)); err != nil {
+		idxErr, err := x.reindexLocked(newIndexSet(x.idx.indexers), false)
+		if err != nil {
 			return fmt.Errorf("indexer %q: rebuild indexes: %w", x.name, err)
+		}
+		if idxErr != nil {
+			// Kept without those values (IndexErrors counts them): one
+			// object must not keep the informer from starting.
+			errs := IndexFuncErrors(idxErr)
+			x.logger.Error(errs[0], "Index functions failed on stored objects while rebuilding indexes; they are kept without values in those indexes", "objects", len(x.indexErrs), "errors", len(errs))
 		}
 	}
 	return nil
