@@ -19,9 +19,10 @@ import (
 )
 
 // The power-loss child: one process, traced by strace, that ingests a
-// history into a cache file with real fsyncs, in two lives (a cold start
-// that creates the file, then a warm restart), and writes a marker line to
-// the marks file after every acknowledged commit. The parent orders the
+// history into a cache file with real fsyncs, in three lives (a cold start
+// that creates the file; a warm restart; a cold start over the file under
+// other list options, with an index dropped and added back), and writes a
+// marker line to the marks file after every acknowledged commit. The parent orders the
 // markers against the file's writes and syncs in the trace.
 
 // powerLossChildEnv names the directory of a power-loss child's files; set
@@ -66,6 +67,7 @@ const (
 	markAck    = "ack"    // a commit returned: "ack <rv>"
 	markClosed = "closed" // DB.Close returned: "closed <rv>"
 	markLife   = "life"   // a life starts: "life <n>"
+	markWarm   = "warm"   // the informer's start: "warm 1" or "warm 0"
 )
 
 // powerLossChild runs the child's two lives in dir.
@@ -90,7 +92,7 @@ func powerLossChild(dir string) error {
 	if err := mark(markLife, 1); err != nil {
 		return err
 	}
-	if err := powerLossLife(path, src, h, cfg.List, cfg.List+cfg.Live1, cfg.Sync, mark); err != nil {
+	if err := powerLossLife(path, src, h, cfg.List, cfg.List+cfg.Live1, cfg.Sync, lifeOptions{}, mark); err != nil {
 		return fmt.Errorf("first life: %w", err)
 	}
 	// The agent is down while the server moves on; the second life
@@ -100,15 +102,33 @@ func powerLossChild(dir string) error {
 	if err := mark(markLife, 2); err != nil {
 		return err
 	}
-	if err := powerLossLife(path, src, h, k, cfg.List+cfg.Live1+cfg.Live2, cfg.Sync, mark); err != nil {
+	if err := powerLossLife(path, src, h, k, cfg.List+cfg.Live1+cfg.Live2, cfg.Sync, lifeOptions{}, mark); err != nil {
 		return fmt.Errorf("second life: %w", err)
+	}
+	// Third life: other list options, so a cold start that replaces every
+	// object in one commit; without the node index (dropped), which is
+	// then added back (a backfill of every record); live events.
+	end2 := cfg.List + cfg.Live1 + cfg.Live2
+	k = end2 + cfg.Live2/4
+	src = h.Source(end2, k)
+	if err := mark(markLife, 3); err != nil {
+		return err
+	}
+	if err := powerLossLife(path, src, h, k, end2+cfg.Live2/2, cfg.Sync, lifeOptions{listOptions: "other", backfill: true}, mark); err != nil {
+		return fmt.Errorf("third life: %w", err)
 	}
 	return nil
 }
 
+// lifeOptions vary a life of the power-loss child.
+type lifeOptions struct {
+	listOptions string // the informer's; another one than the file's is a cold start
+	backfill    bool   // open without the node index, add it once synced
+}
+
 // powerLossLife opens the file, runs the informer until it has applied
 // events up to to (appending from+1..to live), and closes gracefully.
-func powerLossLife(path string, src *crashtest.Source, h *crashtest.History, from, to int64, sync bool, mark func(string, int64) error) error {
+func powerLossLife(path string, src *crashtest.Source, h *crashtest.History, from, to int64, sync bool, lo lifeOptions, mark func(string, int64) error) error {
 	var inf atomic.Pointer[boltinformer.Informer]
 	var markErr atomic.Pointer[error]
 	db, err := boltinformer.Open(path, &boltinformer.Options{
@@ -134,11 +154,18 @@ func powerLossLife(path string, src *crashtest.Source, h *crashtest.History, fro
 	}
 	closeDB := func() error { return db.Close() }
 	defer func() { _ = closeDB() }()
-	i, err := db.NewInformer(informerName, src, &corev1.Pod{}, 0, crashIndexers(true), &boltinformer.InformerOptions{Resource: "pods"})
+	i, err := db.NewInformer(informerName, src, &corev1.Pod{}, 0, crashIndexers(!lo.backfill), &boltinformer.InformerOptions{Resource: "pods", ListOptions: lo.listOptions})
 	if err != nil {
 		return err
 	}
 	inf.Store(i)
+	warm := int64(0)
+	if i.Decision().Warm {
+		warm = 1
+	}
+	if err := mark(markWarm, warm); err != nil {
+		return err
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); i.RunWithContext(ctx) }()
@@ -146,6 +173,11 @@ func powerLossLife(path string, src *crashtest.Source, h *crashtest.History, fro
 	defer stopInformer()
 	if !cache.WaitForCacheSync(ctx.Done(), i.HasSynced) {
 		return errors.New("informer never synced")
+	}
+	if lo.backfill {
+		if err := i.AddIndexers(cache.Indexers{nodeIndex: nodeIndexFunc}); err != nil {
+			return err
+		}
 	}
 	for n, e := range h.Events(from, to) {
 		if err := src.Apply(e); err != nil {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,7 +50,7 @@ type powerLossTier struct {
 var (
 	powerLossSmall = powerLossTier{
 		name: "default", cfg: powerLossConfig{List: 300, Live1: 600, Live2: 600, Sync: true},
-		prefixEvery: 4, reorders: 2, torn: 2, control: 40, sample: 40,
+		prefixEvery: 6, reorders: 2, torn: 2, control: 40, sample: 40,
 	}
 	powerLossFull = powerLossTier{
 		name: "full", cfg: powerLossConfig{List: 400, Live1: 2000, Live2: 2000, Sync: true},
@@ -432,6 +433,15 @@ func TestPowerLoss(t *testing.T) {
 	a := traceAcks(t, tr)
 	if a.count < 5 {
 		t.Fatalf("power loss: only %d acknowledgements in the trace", a.count)
+	}
+	var starts []string
+	for _, op := range tr.Ops {
+		if strings.HasPrefix(op.Text, markWarm+" ") {
+			starts = append(starts, op.Text)
+		}
+	}
+	if want := []string{"warm 0", "warm 1", "warm 0"}; !slices.Equal(starts, want) {
+		t.Fatalf("power loss: the child's starts were %q, want %q (cold, warm, cold)", starts, want)
 	}
 	counts := map[powerloss.OpKind]int{}
 	for _, op := range tr.Ops {
