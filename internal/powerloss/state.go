@@ -59,6 +59,7 @@ type Piece struct {
 	Sectors    []int64
 }
 
+// String describes the state so that it can be rebuilt from the trace.
 func (s State) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s at crash points %d..%d: ", s.Kind, s.From, s.To)

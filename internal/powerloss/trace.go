@@ -41,6 +41,7 @@ var opNames = map[OpKind]string{
 	OpCreate: "create", OpDirSync: "dirsync", OpMark: "mark",
 }
 
+// String names the kind.
 func (k OpKind) String() string {
 	if s, ok := opNames[k]; ok {
 		return s
@@ -65,6 +66,7 @@ type Op struct {
 	Line int
 }
 
+// String describes the op and its trace line, for reports.
 func (o Op) String() string {
 	switch o.Kind {
 	case OpWrite:
@@ -90,8 +92,10 @@ type Files struct {
 
 // Trace is what the program did to the data file, in order.
 type Trace struct {
+	// Files are the files Parse followed.
 	Files Files
-	Ops   []Op
+	// Ops are the program's ops, in the order they completed.
+	Ops []Op
 }
 
 // MaxString is the -s that Command gives strace: the longest write it
