@@ -10,6 +10,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 
@@ -95,6 +96,11 @@ type freshState struct {
 	pending                atomic.Int64
 	stale                  atomic.Bool // synced by FreshTimeout, not fresh
 	listErrors             atomic.Int64
+	// list is the warm start's metadata list, kept for a relist that
+	// follows (the resumed watch's 410 comes moments later after an
+	// apiserver restart): partialRelist takes it instead of listing
+	// again, when it is not older than the cache.
+	list atomic.Pointer[metav1.PartialObjectMetadataList]
 	fallback               atomic.Pointer[string] // why freshness is the first watch event
 }
 
@@ -188,6 +194,7 @@ func (s *Informer) runFresh(ctx context.Context) {
 		case <-s.db.clock.After(backoff.Step()):
 		}
 	}
+	s.freshSt.list.Store(list)
 	// The diff and the catch-up it plans are installed together, between
 	// two batches of the informer loop: no event slips in between.
 	s.blockDeltas.Lock()
@@ -289,11 +296,18 @@ func (s *Informer) partialRelist(ctx context.Context, _ metav1.ListOptions) (run
 	if s.metadata == nil || s.getter == nil || s.partialRatio < 0 {
 		return nil, nil
 	}
-	list, err := reflector.ListAllMetadata(ctx, s.metadata)
-	if err != nil {
-		return nil, err
+	list := s.freshSt.list.Swap(nil)
+	if list != nil && !notOlder(list.ResourceVersion, s.indexer.ResourceVersion()) {
+		list = nil
+	}
+	if list == nil {
+		var err error
+		if list, err = reflector.ListAllMetadata(ctx, s.metadata); err != nil {
+			return nil, err
+		}
 	}
 	var plan *reflector.Catchup
+	var err error
 	s.blockDeltas.Lock()
 	s.indexer.Versions(func(applied string, objects iter.Seq2[string, string]) {
 		plan, err = reflector.Plan(list, metaKey, applied, objects)
@@ -329,6 +343,13 @@ func (s *Informer) partialRelist(ctx context.Context, _ metav1.ListOptions) (run
 	s.logger.V(1).Info("Relist with only what changed", "resourceVersion", plan.ResourceVersion,
 		"fetched", len(objs), "deleted", len(plan.GoneKeys()), "objects", len(list.Items))
 	return out, nil
+}
+
+// notOlder reports whether resourceVersion a is at or after b (false when
+// they do not compare).
+func notOlder(a, b string) bool {
+	c, err := resourceversion.CompareResourceVersion(a, b)
+	return err == nil && c >= 0
 }
 
 // fetchAt reads the objects of keys at resourceVersion rv, in parallel.

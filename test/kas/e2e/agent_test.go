@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -24,16 +25,20 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/boltinformer/boltinformer"
+	"github.com/boltinformer/boltinformer/test/kas/harness"
 )
 
 // request is one request a recorder saw.
 type request struct {
 	At       time.Time
-	Verb     string // LIST, WATCH, GET, or the HTTP method of a write
+	Verb     string // LIST, LIST-METADATA, LIST-EXACT, WATCH, GET, or the HTTP method of a write
 	Resource string // e.g. "configmaps"; "" for non-resource paths
 	Path     string
 	Query    url.Values
 	Status   int // 0 until the response headers arrived (or on error)
+	// Bytes counts the response body read so far, decoded (the transport
+	// below undoes the apiserver's gzip).
+	Bytes *atomic.Int64
 }
 
 func (r request) String() string {
@@ -100,13 +105,37 @@ func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 		r.mu.Lock()
 		r.reqs[i].Status = resp.StatusCode
 		r.mu.Unlock()
+		resp.Body = &countingBody{ReadCloser: resp.Body, n: rec.Bytes}
 	}
 	return resp, err
 }
 
+// countingBody counts the bytes read from a response body.
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}
+
+// bytes sums the response bytes of the requests of verb on resource.
+func (r *recorder) bytes(verb, resource string) int64 {
+	var n int64
+	for _, q := range r.requests(resource) {
+		if q.Verb == verb {
+			n += q.Bytes.Load()
+		}
+	}
+	return n
+}
+
 // classify names a request the way the apiserver's metrics do.
 func classify(req *http.Request) request {
-	rec := request{At: time.Now(), Verb: req.Method, Path: req.URL.Path, Query: req.URL.Query()}
+	rec := request{At: time.Now(), Verb: req.Method, Path: req.URL.Path, Query: req.URL.Query(), Bytes: new(atomic.Int64)}
 	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
 	var rest []string
 	switch {
@@ -128,6 +157,12 @@ func classify(req *http.Request) request {
 		switch {
 		case rec.Query.Get("watch") == "true" || rec.Query.Get("watch") == "1":
 			rec.Verb = "WATCH"
+		case len(rest) == 1 && strings.Contains(req.Header.Get("Accept"), "as=PartialObjectMetadataList"):
+			// A metadata-only list: what a fresh resume diffs.
+			rec.Verb = "LIST-METADATA"
+		case len(rest) == 1 && rec.Query.Get("resourceVersionMatch") == "Exact" && strings.Contains(rec.Query.Get("fieldSelector"), "metadata.name="):
+			// One object at an exact resourceVersion: a partial relist's read.
+			rec.Verb = "LIST-EXACT"
 		case len(rest) == 1:
 			rec.Verb = "LIST"
 		default:
@@ -182,9 +217,12 @@ type checker struct {
 	cfg *rest.Config
 }
 
-func newChecker(t *testing.T) *checker {
+func newChecker(t *testing.T) *checker { return newCheckerOn(t, cluster) }
+
+// newCheckerOn is newChecker for another cluster than the shared one.
+func newCheckerOn(t *testing.T, cl *harness.Cluster) *checker {
 	t.Helper()
-	cfg := cluster.RESTConfig()
+	cfg := cl.RESTConfig()
 	rec := &recorder{}
 	cfg.Wrap(rec.wrap)
 	cs, err := kubernetes.NewForConfig(cfg)
@@ -224,7 +262,13 @@ type agent struct {
 // rest.Config. It is stopped at the end of the test if not before.
 func newAgent(t *testing.T, path string, fopts *boltinformer.FactoryOptions) *agent {
 	t.Helper()
-	cfg := cluster.RESTConfig()
+	return newAgentOn(t, cluster, path, fopts)
+}
+
+// newAgentOn is newAgent for another cluster than the shared one.
+func newAgentOn(t *testing.T, cl *harness.Cluster, path string, fopts *boltinformer.FactoryOptions) *agent {
+	t.Helper()
+	cfg := cl.RESTConfig()
 	rec := &recorder{}
 	cfg.Wrap(rec.wrap)
 	db, err := boltinformer.Open(path, nil)

@@ -51,7 +51,9 @@ func TestTooOldResourceVersion(t *testing.T) {
 	}
 	serverList := func(ctx context.Context) (runtime.Object, error) { return secrets.List(ctx, metav1.ListOptions{}) }
 	path := cachePath(t)
-	fopts := &boltinformer.FactoryOptions{Namespace: ns}
+	// A full relist after the 410 (fresh_test.go covers the partial one,
+	// which reads only what changed).
+	fopts := &boltinformer.FactoryOptions{Namespace: ns, Informer: boltinformer.InformerOptions{PartialRelistRatio: -1}}
 
 	a1 := newAgent(t, path, fopts)
 	inf1, err := a1.factory.InformerFor(&corev1.Secret{}, "secrets", nil)
