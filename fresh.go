@@ -100,8 +100,8 @@ type freshState struct {
 	// follows (the resumed watch's 410 comes moments later after an
 	// apiserver restart): partialRelist takes it instead of listing
 	// again, when it is not older than the cache.
-	list atomic.Pointer[metav1.PartialObjectMetadataList]
-	fallback               atomic.Pointer[string] // why freshness is the first watch event
+	list     atomic.Pointer[metav1.PartialObjectMetadataList]
+	fallback atomic.Pointer[string] // why freshness is the first watch event
 }
 
 // markFreshLocked records that the cache equals the server's state at rv
