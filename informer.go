@@ -79,7 +79,8 @@ type InformerOptions struct {
 	ListOptions string
 	// TransformID fingerprints the transform given to SetTransform: objects
 	// are stored after the transform, so a file saved with another
-	// transform is not resumed.
+	// transform is not resumed. SetTransform without it logs a warning:
+	// the file's identity cannot tell transforms apart.
 	TransformID string
 	// SyncPolicy; default SyncAfterDiskLoad.
 	SyncPolicy SyncPolicy
@@ -189,6 +190,10 @@ type Informer struct {
 	relistWanted atomic.Bool
 	copyKept     atomic.Bool
 	resumePtr    atomic.Pointer[reflector.ListerWatcher]
+
+	// transformID is InformerOptions.TransformID, for SetTransform's
+	// warning.
+	transformID string
 
 	// startedMu guards started, stopped, controller, resume, transform,
 	// watchErrorHandler and the resync periods. Lock order: startedMu
@@ -327,6 +332,7 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		processor:                       processor.New(&processor.Options{Clock: db.clock, Logger: base}),
 		decision:                        decision,
 		policy:                          o.SyncPolicy,
+		transformID:                     o.TransformID,
 		metadata:                        o.Metadata,
 		getter:                          o.Getter,
 		partialRatio:                    cmp.Or(o.PartialRelistRatio, DefaultPartialRelistRatio),
@@ -681,6 +687,11 @@ func (s *Informer) SetTransform(handler cache.TransformFunc) error {
 	defer s.startedMu.Unlock()
 	if s.started {
 		return errAlreadyStarted
+	}
+	if handler != nil && s.transformID == "" {
+		// Objects are stored after the transform, and the file's identity
+		// cannot tell one transform from another without its fingerprint.
+		s.logger.Info("Warning: SetTransform without InformerOptions.TransformID: a file saved with another transform (or none) is resumed as if it held transformed objects")
 	}
 	s.transform = handler
 	return nil

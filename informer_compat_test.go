@@ -8,6 +8,7 @@ import (
 	"errors"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 
@@ -217,5 +218,38 @@ func TestRegressionRunTwiceLogsClientGoWarning(t *testing.T) {
 		if !slices.Equal(msgs, []string{"Warning: the sharedIndexInformer has started, run more than once is not allowed"}) {
 			t.Errorf("%s: second Run logged %q", name, msgs)
 		}
+	}
+}
+
+// TestRegressionSetTransformWithoutTransformIDWarns: the file's identity
+// covers a transform only through InformerOptions.TransformID, so a
+// transform set without one is logged as a warning.
+func TestRegressionSetTransformWithoutTransformIDWarns(t *testing.T) {
+	warned := func(id string) bool {
+		logger, get := newCapture()
+		db, err := boltinformer.Open(t.TempDir()+"/cache.db", &boltinformer.Options{NoSync: true, Logger: &logger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		inf, err := db.NewInformer("pods", newPodSource(), &corev1.Pod{}, 0, nil, &boltinformer.InformerOptions{TransformID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := inf.SetTransform(func(o any) (any, error) { return o, nil }); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range get() {
+			if strings.HasPrefix(e.msg, "Warning: SetTransform without InformerOptions.TransformID") {
+				return true
+			}
+		}
+		return false
+	}
+	if !warned("") {
+		t.Error("no warning for a transform without TransformID")
+	}
+	if warned("strip/v1") {
+		t.Error("a warning for a transform with a TransformID")
 	}
 }
