@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	bolt "go.etcd.io/bbolt"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -59,6 +57,12 @@ type Options struct {
 	BeforeCommit func() error
 	// OnCommit, when set, is called after every commit attempt.
 	OnCommit func(store.CommitInfo)
+	// MaxCorruptFiles bounds the disk that damage takes: no copy of the
+	// file is kept for a damaged record (see docs/RELIABILITY.md) while
+	// this many files named <path>.corrupt-* (such copies and quarantined
+	// files) lie beside it. Default recovery.DefaultMaxFiles (3); negative
+	// means no copies. One copy is kept per damage, not per start.
+	MaxCorruptFiles int
 	// Registerer, when set, gets the DB's Prometheus metrics (commits and
 	// their latency, objects, saved resourceVersion age, relists, watch
 	// restarts, warm/cold starts, file size, handler backlogs).
@@ -78,7 +82,8 @@ type DB struct {
 	metrics   *metrics
 	reg       prometheus.Registerer
 
-	failOnCorrupt bool
+	failOnCorrupt   bool
+	maxCorruptFiles int
 
 	// mu guards informers, reserved, releaseErrs and closed. Lock order: mu is a
 	// leaf (no other lock is taken while it is held).
@@ -100,7 +105,8 @@ type DB struct {
 // loop. A corrupt file is quarantined (renamed to
 // <path>.corrupt-<timestamp>, kept) and a new one started, unless
 // FailOnCorrupt; a locked file returns an error wrapping store.ErrLocked
-// after LockTimeout.
+// after LockTimeout; a symbolic link at path (dangling or not) returns an
+// error wrapping store.ErrForeign, and nothing is created.
 func Open(path string, opts *Options) (*DB, error) {
 	o := Options{}
 	if opts != nil {
@@ -134,14 +140,15 @@ func Open(path string, opts *Options) (*DB, error) {
 		return nil, fmt.Errorf("boltinformer: open %s: %w", path, err)
 	}
 	db := &DB{
-		failOnCorrupt: o.FailOnCorrupt,
-		store:         sdb,
-		report:        report,
-		logger:        logger,
-		clock:         o.Clock,
-		informers:     map[string]*Informer{},
-		reserved:      map[string]struct{}{},
-		done:          make(chan struct{}),
+		failOnCorrupt:   o.FailOnCorrupt,
+		maxCorruptFiles: o.MaxCorruptFiles,
+		store:           sdb,
+		report:          report,
+		logger:          logger,
+		clock:           o.Clock,
+		informers:       map[string]*Informer{},
+		reserved:        map[string]struct{}{},
+		done:            make(chan struct{}),
 	}
 	db.metrics = newMetrics(db)
 	userOnCommit := o.OnCommit
@@ -174,29 +181,47 @@ func Open(path string, opts *Options) (*DB, error) {
 	return db, nil
 }
 
-// keepCopy writes a consistent copy of the file to
-// <path>.corrupt-<UTC time> (never overwriting a file) and returns its
-// name: what is kept when a damaged record is found after Open, which
-// cannot rename a file its other informers use.
-func (db *DB) keepCopy() (string, error) {
-	base := db.store.Path() + ".corrupt-" + db.clock.Now().UTC().Format("20060102T150405Z")
-	aside := base
-	for i := 1; ; i++ {
-		if _, err := os.Lstat(aside); errors.Is(err, os.ErrNotExist) {
-			break
+// keepCopy keeps one copy of the file per damage (recovery.KeepCopy):
+// the damage is informer's records at keys ("" is its state record), as
+// they are in the file now, or, when none of them is there any more, what
+// (an error's text). It is what is kept when damage is found after Open,
+// which cannot rename a file its other informers use.
+func (db *DB) keepCopy(informer string, keys []string, what string) (recovery.Copy, error) {
+	var ids []string
+	err := db.store.View(func(tx *store.Tx) error {
+		for _, k := range keys {
+			raw := tx.GetRaw(informer, k)
+			if k == "" {
+				raw = tx.StateRaw(informer)
+			}
+			if raw != nil {
+				ids = append(ids, recovery.DamageID(informer, k, raw))
+			}
 		}
-		if i > 100 {
-			return "", fmt.Errorf("boltinformer: no free name for a copy of %s", db.store.Path())
-		}
-		aside = fmt.Sprintf("%s.%d", base, i)
-	}
-	err := db.store.Bolt(func(b *bolt.DB) error {
-		return b.View(func(tx *bolt.Tx) error { return tx.CopyFile(aside, 0o600) })
+		return nil
 	})
-	if err != nil {
-		return "", fmt.Errorf("boltinformer: keep a copy of %s: %w", db.store.Path(), err)
+	if err != nil || len(ids) == 0 {
+		ids = []string{recovery.DamageID(informer, what, nil)}
 	}
-	return aside, nil
+	cp, err := recovery.KeepCopy(db.store, ids, &recovery.CopyOptions{Clock: db.clock, MaxFiles: db.maxCorruptFiles})
+	if err != nil {
+		return cp, fmt.Errorf("boltinformer: keep a copy of %s: %w", db.store.Path(), err)
+	}
+	return cp, nil
+}
+
+// logCopy logs what keepCopy did about damage found (cause).
+func logCopy(logger klog.Logger, msg string, cause error, cp recovery.Copy, err error, kv ...any) {
+	switch {
+	case err != nil:
+		logger.Error(errors.Join(cause, err), msg+"; could not keep a copy of the cache file", kv...)
+	case cp.Written:
+		logger.Error(cause, msg+"; kept a copy of the cache file", append(kv, "copy", cp.Path)...)
+	case cp.Path != "":
+		logger.Error(cause, msg+"; a copy of the cache file with this damage was kept already", append(kv, "copy", cp.Path)...)
+	default:
+		logger.Error(cause, msg+"; no copy of the cache file kept", append(kv, "why", cp.Skipped)...)
+	}
 }
 
 // Store returns the underlying store (for inspection and tests).

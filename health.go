@@ -22,6 +22,10 @@ type Health struct {
 	// load: left out of the cache until the relist it triggers replaces
 	// them (normally 0).
 	Undecodable int `json:"undecodable,omitempty"`
+	// DamageCopy is the copy of the cache file that holds the damaged or
+	// undecodable records this start found (kept by it, or by an earlier
+	// start over the same damage), "" when there is none.
+	DamageCopy string `json:"damageCopy,omitempty"`
 	// SavedResourceVersion is what a restart would resume from, committed
 	// at LastCommit.
 	SavedResourceVersion string    `json:"savedResourceVersion"`
@@ -74,6 +78,9 @@ func (s *Informer) Health() Health {
 		Undecodable: s.indexer.Undecodable()}
 	if s.decision.Warm {
 		h.Start = "warm"
+	}
+	if p := s.damageCopy.Load(); p != nil {
+		h.DamageCopy = *p
 	}
 	st := s.indexer.SavedState()
 	h.SavedResourceVersion, h.LastCommit = st.ResourceVersion, st.LastCommit

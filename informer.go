@@ -189,6 +189,7 @@ type Informer struct {
 	// (resumePtr, set by start) or, before Run, when it starts.
 	relistWanted atomic.Bool
 	copyKept     atomic.Bool
+	damageCopy   atomic.Pointer[string] // Health.DamageCopy
 	resumePtr    atomic.Pointer[reflector.ListerWatcher]
 
 	// transformID is InformerOptions.TransformID, for SetTransform's
@@ -271,9 +272,11 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		// rather than erase it with the next commit.
 		identity.ClusterID = saved.ClusterID
 	}
-	var damaged error // a state or object record that does not decode
+	var damaged error        // a state or object record that does not decode
+	var damagedKeys []string // its key, if known ("" for the state record)
+	var coldCopy string      // the copy kept for it
 	if err != nil {
-		damaged = err
+		damaged, damagedKeys = err, []string{""}
 		decision = recovery.Decision{Reason: recovery.ReasonCorrupt, Detail: err.Error()}
 	}
 	sink := &undecodableSink{}
@@ -300,20 +303,28 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		}
 	}
 	if damaged != nil {
-		// A damaged record: with FailOnCorrupt, the error; else start cold
-		// (the new list replaces the old data) after keeping a copy of the
-		// file, since the replacement deletes the damaged record.
+		// Damage the load cannot leave out (the state record, or no record
+		// of an encryption key id decodes): with FailOnCorrupt, the error;
+		// else start cold (the new list replaces the old data) after
+		// keeping a copy of the file (one per damage), since the
+		// replacement deletes the damaged record.
 		if db.failOnCorrupt {
 			return nil, fmt.Errorf("boltinformer: informer %q: %w", name, damaged)
 		}
-		aside, cerr := db.keepCopy()
+		cp, cerr := db.keepCopy(name, damagedKeys, damaged.Error())
 		if cerr != nil {
 			return nil, fmt.Errorf("boltinformer: informer %q: %w", name, errors.Join(damaged, cerr))
 		}
-		logger.Error(damaged, "Damaged record: kept a copy of the cache file and starting cold", "copy", aside)
-		decision.Detail += "; a copy of the file is kept at " + aside
+		logCopy(logger, "Damaged cache file: starting cold", damaged, cp, nil)
+		decision.Detail += copyDetail(cp)
+		coldCopy = cp.Path
 		iopts.Fresh = true
 		idx, err = indexer.Open(db.store, name, indexers, iopts)
+	} else if err == nil && idx.Undecodable() > 0 {
+		// Records the load left out (reported to the informer once it is
+		// built, sink.attach: a copy kept, a relist wanted): the others
+		// are served meanwhile.
+		decision.Detail += fmt.Sprintf("; %d records do not decode: served without them until a relist replaces them", idx.Undecodable())
 	}
 	if err != nil {
 		return nil, fmt.Errorf("boltinformer: informer %q: %w", name, err)
@@ -348,6 +359,9 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		resyncCheckPeriod:               resync,
 		defaultEventHandlerResyncPeriod: resync,
 		listeners:                       map[*processor.Listener]struct{}{},
+	}
+	if coldCopy != "" {
+		inf.damageCopy.Store(&coldCopy)
 	}
 	sink.attach(inf)
 	db.register(name, inf)
@@ -529,26 +543,37 @@ func (k *undecodableSink) attach(inf *Informer) {
 	}
 }
 
-// onUndecodable handles objects of the file found not to decode after the
-// load (their checksums hold, their payloads do not decode): the indexer
-// leaves them out; a copy of the file is kept once, for a post-mortem,
-// and the reflector relists so that the server's objects replace them.
-// It may run on any goroutine, under the indexer's callers' locks: it
-// takes none.
+// onUndecodable handles records of the file found not to decode (by the
+// load, or later when their payloads are decoded): the indexer leaves
+// them out; a copy of the file is kept, for a post-mortem, once per run
+// and once per damage across runs (keepCopy), and the reflector relists
+// so that the server's objects replace them. It may run on any
+// goroutine, under the informer's locks but never under the indexer's
+// (it reads the indexer's undecodable keys).
 func (s *Informer) onUndecodable(n int) {
 	s.counters.undecodable.Add(int64(n))
 	if s.copyKept.CompareAndSwap(false, true) {
-		aside, err := s.db.keepCopy()
-		if err != nil {
-			s.logger.Error(err, "Objects in the cache file do not decode; could not keep a copy of it", "count", n)
-		} else {
-			s.logger.Error(nil, "Objects in the cache file do not decode: kept a copy of the file, relisting", "count", n, "copy", aside)
+		cp, err := s.db.keepCopy(s.name, s.indexer.UndecodableKeys(), "undecodable records")
+		logCopy(s.logger, "Objects in the cache file do not decode: relisting", nil, cp, err, "count", n)
+		if cp.Path != "" {
+			s.damageCopy.Store(&cp.Path)
 		}
 	}
 	s.relistWanted.Store(true)
 	if r := s.resumePtr.Load(); r != nil {
 		r.RequestRelist()
 	}
+}
+
+// copyDetail says what keepCopy did, for a Decision's Detail.
+func copyDetail(cp recovery.Copy) string {
+	switch {
+	case cp.Written:
+		return "; a copy of the file is kept at " + cp.Path
+	case cp.Path != "":
+		return "; the copy kept at " + cp.Path + " holds this damage"
+	}
+	return "; no copy of the file kept: " + cp.Skipped
 }
 
 // awaitInitial holds back every delta but the disk answer until the

@@ -95,8 +95,11 @@ type Options struct {
 	Transform cache.TransformFunc
 	// VerifyRecords makes a Full warm load read and verify every record
 	// even when the file has an envelope snapshot of the informer (see
-	// load): a damaged record is then an error of Open, not an object
-	// found undecodable after it. Bounded mode always reads the records.
+	// load), and makes a damaged record (one that fails its checksum or
+	// does not decode) an error of Open in both modes. Without it, the
+	// load leaves such a record out (undecodable, reported through
+	// OnUndecodable) and serves the others. Bounded mode always reads the
+	// records.
 	VerifyRecords bool
 }
 
@@ -139,6 +142,7 @@ type Indexer struct {
 	committer     *store.Committer
 	onUndecodable func(int)
 	transform     cache.TransformFunc
+	strict        bool               // Options.VerifyRecords: a damaged record fails Open
 	stop          context.CancelFunc // own committer, else nil
 	done          chan struct{}
 
@@ -157,11 +161,13 @@ type Indexer struct {
 	// lazyN counts the items (Full mode, after a warm load) whose objects
 	// are still on disk only; lazyKeys are the loaded keys in file order,
 	// for the fill to walk from fillPos; undecodable are the keys whose
-	// record did not decode (lazy.go).
+	// record did not decode (lazy.go; in both modes), unreported how many
+	// of them OnUndecodable has not been told about yet.
 	lazyN       int
 	lazyKeys    []string
 	fillPos     int
 	undecodable map[string]error
+	unreported  int
 	idx         *indexSet
 	rv          string // of the last applied mutation
 	synced      bool
@@ -200,11 +206,16 @@ var (
 
 // Open loads (unless opts.Fresh) the informer name from db and returns its
 // indexer. Index names that the file lacks are rebuilt from the objects;
-// index buckets no longer named in indexers are dropped. A record that does
-// not decode makes Open fail with an error wrapping store.ErrCorrupt; one
-// that the keyring does not open, with an error wrapping ErrEncryptionKey.
-// Records whose encryption key id is not the keyring's current one are
-// resealed with it (see Options.Keyring).
+// index buckets no longer named in indexers are dropped. A damaged record
+// (its checksum fails, or its payload does not decode) is left out and
+// reported through OnUndecodable (the other records are served), or, with
+// VerifyRecords, makes Open fail with an error wrapping store.ErrCorrupt.
+// A record that the keyring does not open makes Open fail with an error
+// wrapping ErrEncryptionKey; so does, wrapping ErrCorrupt, a key id none of
+// whose first records decodes (a wrong example type, not damage to one
+// record), and a file that cannot be read. Records whose encryption key id
+// is not the keyring's current one are resealed with it (see
+// Options.Keyring).
 func Open(db *store.DB, name string, indexers cache.Indexers, opts *Options) (*Indexer, error) {
 	if opts == nil || opts.Example == nil {
 		return nil, errors.New("indexer: Options.Example is required")
@@ -230,6 +241,7 @@ func Open(db *store.DB, name string, indexers cache.Indexers, opts *Options) (*I
 
 		onUndecodable: opts.OnUndecodable,
 		transform:     opts.Transform,
+		strict:        opts.VerifyRecords,
 		decoded:       make(chan struct{}),
 
 		undecodable: map[string]error{},
@@ -277,6 +289,7 @@ func Open(db *store.DB, name string, indexers cache.Indexers, opts *Options) (*I
 	} else {
 		x.decodedOnce.Do(func() { close(x.decoded) })
 	}
+	x.flushUndecodable() // what the load left out
 	return x, nil
 }
 
@@ -344,9 +357,9 @@ func (x *Indexer) putLocked(key string, obj any) error {
 	x.idx.update(key, it.vals, vals)
 	it.vals, it.valNames = vals, x.idx.names
 	it.rv, it.uid, _ = objectRV(obj)
+	x.forgetLazyLocked(key)
 	if !x.bounded {
 		x.objs[key] = obj
-		x.forgetLazyLocked(key)
 	} else {
 		x.lru.Remove(key)
 	}
@@ -700,11 +713,15 @@ func (x *Indexer) GetByKey(key string) (any, bool, error) {
 		}
 		return objs[0], true, nil
 	}
-	defer x.mu.RUnlock()
 	if x.items[key] == nil {
+		x.mu.RUnlock()
 		return nil, false, nil
 	}
-	obj, err := x.fetchLocked(key)
+	obj, bad, err := x.fetchLocked(key)
+	x.mu.RUnlock()
+	if bad != nil {
+		x.markUndecodable([]badRead{*bad})
+	}
 	if err != nil {
 		return nil, false, err
 	}
@@ -716,9 +733,9 @@ func (x *Indexer) GetByKey(key string) (any, bool, error) {
 func (x *Indexer) List() []any {
 	x.fillForRead()
 	x.mu.RLock()
-	defer x.mu.RUnlock()
 	out := make([]any, 0, len(x.items))
 	if !x.bounded {
+		defer x.mu.RUnlock()
 		for _, obj := range x.objs {
 			out = append(out, obj)
 		}
@@ -738,7 +755,10 @@ func (x *Indexer) List() []any {
 	for k := range x.items {
 		keys = append(keys, k)
 	}
-	return x.fetchManyLocked(keys)
+	out, bad := x.fetchManyLocked(keys)
+	x.mu.RUnlock()
+	x.markUndecodable(bad)
+	return out
 }
 
 // ListKeys returns every key.
@@ -793,11 +813,13 @@ func (x *Indexer) Index(indexName string, obj any) ([]any, error) {
 // objectsLocked returns the objects of keys. In Full mode, the lazy ones
 // are decoded under the caller's shared lock; their keys and objects are
 // returned for the caller to install (installAfter) once it has released
-// it.
-func (x *Indexer) objectsLocked(keys sets.Set[string]) (out []any, lazyKeys []string, lazyObjs []kruntime.Object, lazyErrs []error) {
+// it. In Bounded mode, the records found not to decode are returned for
+// the caller to mark (markUndecodable) then.
+func (x *Indexer) objectsLocked(keys sets.Set[string]) (out []any, lazyKeys []string, lazyObjs []kruntime.Object, lazyErrs []error, bad []badRead) {
 	out = make([]any, 0, keys.Len())
 	if x.bounded {
-		return x.fetchManyLocked(sets.List(keys)), nil, nil, nil
+		out, bad = x.fetchManyLocked(sets.List(keys))
+		return out, nil, nil, nil, bad
 	}
 	for k := range keys {
 		if obj, ok := x.objs[k]; ok {
@@ -807,14 +829,14 @@ func (x *Indexer) objectsLocked(keys sets.Set[string]) (out []any, lazyKeys []st
 		}
 	}
 	if len(lazyKeys) == 0 {
-		return out, nil, nil, nil
+		return out, nil, nil, nil, nil
 	}
 	sort.Strings(lazyKeys)
 	out, lazyObjs, lazyErrs = x.appendLazyLocked(out, lazyKeys)
 	if lazyObjs == nil {
-		return out, nil, nil, nil
+		return out, nil, nil, nil, nil
 	}
-	return out, lazyKeys, lazyObjs, lazyErrs
+	return out, lazyKeys, lazyObjs, lazyErrs, nil
 }
 
 // appendLazyLocked decodes the lazy keys from the file under the caller's
@@ -838,11 +860,12 @@ func (x *Indexer) appendLazyLocked(out []any, keys []string) (_ []any, objs []kr
 // objectsUnlock is objectsLocked for a caller holding the shared lock,
 // which it releases.
 func (x *Indexer) objectsUnlock(keys sets.Set[string]) []any {
-	out, lk, lo, le := x.objectsLocked(keys)
+	out, lk, lo, le, bad := x.objectsLocked(keys)
 	x.mu.RUnlock()
 	if len(lk) > 0 {
 		x.installAfter(lk, lo, le)
 	}
+	x.markUndecodable(bad)
 	return out
 }
 
@@ -909,6 +932,7 @@ func (x *Indexer) GetIndexers() cache.Indexers {
 // state record naming them, in one commit.
 func (x *Indexer) AddIndexers(newIndexers cache.Indexers) error {
 	x.fillForRead() // the backfill reads every object
+	defer x.flushUndecodable()
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var conflict []string
@@ -953,9 +977,14 @@ func (x *Indexer) reindexLocked(idx *indexSet, strict bool) (idxErr, err error) 
 	vals := make([][][]string, len(keys))
 	var objs []any
 	if x.bounded {
-		objs = x.fetchManyLocked(keys)
-		if len(objs) != len(keys) {
-			return nil, fmt.Errorf("indexer %q: backfill: could not read every object", x.name)
+		var bad []badRead
+		var rerr error
+		if objs, bad, rerr = x.readManyLocked(keys); rerr != nil {
+			return nil, fmt.Errorf("indexer %q: backfill: %w", x.name, rerr)
+		}
+		for _, b := range bad {
+			x.undecodable[b.key] = b.err
+			x.unreported++
 		}
 	}
 	failed := map[string]error{}

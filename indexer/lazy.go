@@ -194,12 +194,35 @@ func (x *Indexer) undecodableError(key string, err error) error {
 	return fmt.Errorf("indexer %q: key %q: %w", x.name, key, err)
 }
 
-// Undecodable returns how many loaded objects could not be decoded (left
-// out of List until the server sends them again).
+// Undecodable returns how many records of the file were found damaged or
+// not to decode (left out of List until the server sends them again).
 func (x *Indexer) Undecodable() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return len(x.undecodable)
+}
+
+// UndecodableKeys returns the keys Undecodable counts, sorted.
+func (x *Indexer) UndecodableKeys() []string {
+	x.mu.RLock()
+	keys := make([]string, 0, len(x.undecodable))
+	for k := range x.undecodable {
+		keys = append(keys, k)
+	}
+	x.mu.RUnlock()
+	sort.Strings(keys)
+	return keys
+}
+
+// flushUndecodable tells OnUndecodable about the undecodable records
+// found under the write lock since it was last called. The caller holds
+// no lock.
+func (x *Indexer) flushUndecodable() {
+	x.mu.Lock()
+	n := x.unreported
+	x.unreported = 0
+	x.mu.Unlock()
+	x.reportUndecodable(n)
 }
 
 // InitialList returns every object, like List, but without holding the
@@ -225,8 +248,10 @@ func (x *Indexer) InitialList() []any {
 				present = append(present, k)
 			}
 		}
-		out = append(out, x.fetchManyLocked(present)...)
+		objs, bad := x.fetchManyLocked(present)
 		x.mu.RUnlock()
+		out = append(out, objs...)
+		x.markUndecodable(bad)
 	}
 	return out
 }

@@ -63,7 +63,14 @@ type envelope struct {
 // Payloads stay on disk: in Full mode they are decoded on first access and
 // by the background fill (lazy.go). One record of each encryption key id
 // (and the first record) is decoded at once, so that a wrong example type
-// or a wrong key fails here, not later.
+// or a wrong key fails here, not later (probe).
+//
+// A record that fails its checksum (or a probed one that does not decode)
+// is damage to that record, not to the others: unless strict, it is left
+// out as undecodable (reported through OnUndecodable once Open returns:
+// the informer keeps a copy of the file and relists), and the records that
+// do decode are served meanwhile, which is what an agent cut off from its
+// server needs.
 //
 // With useSnapshot (Full mode), the envelopes come from the informer's
 // envelope snapshot when the file has a valid one (written by the last
@@ -159,57 +166,52 @@ func (x *Indexer) load(useSnapshot bool) error {
 	if st == nil {
 		return nil
 	}
-	var probes, probeIDs, stale []string
+	var probes probeSet
+	var stale []string
+	lazy := 0
 	if sn != nil {
-		keys, probes, probeIDs, stale = x.installSnapshot(sn)
+		keys, probes, stale = x.installSnapshot(sn)
+		lazy = len(keys)
 	} else {
 		items := make([]item, len(keys)) // one allocation for all
 		x.items = make(map[string]*item, len(keys))
-		keyIDs := map[string]bool{}
 		want := x.codec.KeyID()
+		var damaged int
 		for i, key := range keys {
 			e := &envs[i]
+			it := &items[i]
+			x.items[key] = it
 			if e.err != nil {
-				return fmt.Errorf("indexer %q: load %s: %w", x.name, x.db.Path(), e.err)
+				if x.strict {
+					return fmt.Errorf("indexer %q: load %s: %w", x.name, x.db.Path(), e.err)
+				}
+				// Nothing of the record is trusted: no index values.
+				*it = item{valNames: x.idx.names}
+				x.undecodable[key] = e.err
+				if damaged++; damaged == 1 {
+					x.logger.Error(e.err, "Record in the cache file is damaged: it is left out until the server sends it again", "key", key)
+				}
+				continue
 			}
-			if !keyIDs[e.keyID] {
-				keyIDs[e.keyID] = true
-				probes = append(probes, key)
-				probeIDs = append(probeIDs, e.keyID)
-			}
+			probes.add(e.keyID, key)
 			if e.keyID != want {
 				stale = append(stale, key)
 			}
-			it := &items[i]
 			*it = item{rv: e.rv, uid: e.uid, vals: e.vals, valNames: x.idx.names, lazy: !x.bounded}
-			x.items[key] = it
 			x.idx.update(key, nil, it.vals)
+			lazy++
 		}
+		if damaged > 1 {
+			x.logger.Error(nil, "More records in the cache file are damaged", "count", damaged-1)
+		}
+		x.unreported += damaged
 	}
 	if !x.bounded {
-		x.lazyN, x.lazyKeys = len(keys), keys
+		x.lazyN, x.lazyKeys = lazy, keys
 		x.objs = make(map[string]any, len(keys))
 	}
-	if len(probes) > 0 {
-		objs, errs, err := x.decodeKeys(probes)
-		if err != nil {
-			return fmt.Errorf("indexer %q: load %s: %w", x.name, x.db.Path(), err)
-		}
-		for i, k := range probes {
-			if errs[i] != nil && (errors.Is(errs[i], codec.ErrWrongKey) || errors.Is(errs[i], codec.ErrEncrypted)) {
-				return x.keyringError(k, probeIDs[i], errs[i])
-			}
-			if errs[i] == nil && !x.bounded {
-				errs[i] = x.matchLoaded(k, x.items[k], objs[i])
-			}
-			if errs[i] != nil {
-				return fmt.Errorf("indexer %q: load %s: %w", x.name, x.db.Path(), errs[i])
-			}
-			if !x.bounded {
-				x.objs[k] = objs[i]
-				x.clearLazyLocked(x.items[k])
-			}
-		}
+	if err := x.probe(&probes); err != nil {
+		return err
 	}
 	if len(stale) > 0 {
 		if err := x.reseal(stale); err != nil {
@@ -260,23 +262,95 @@ func (x *Indexer) load(useSnapshot bool) error {
 	return nil
 }
 
+// probeTries bounds the records of one encryption key id that the load
+// decodes before it concludes that none decodes.
+const probeTries = 8
+
+// probeSet holds, per encryption key id, the first records (up to
+// probeTries) to probe.
+type probeSet struct {
+	ids  []string // in order of first appearance
+	keys map[string][]string
+}
+
+func (p *probeSet) add(id, key string) {
+	if p.keys == nil {
+		p.keys = map[string][]string{}
+	}
+	ks, ok := p.keys[id]
+	if !ok {
+		p.ids = append(p.ids, id)
+	}
+	if len(ks) < probeTries {
+		p.keys[id] = append(ks, key)
+	}
+}
+
+// probe decodes one record of each encryption key id, so that a wrong
+// example type or a wrong key fails the load (a key the keyring lacks or
+// that does not open: keyringError). A probed record that does not
+// decode otherwise (store.ErrCorrupt) is damage to that record, unless
+// none of the first probeTries records of its key id decodes: it is left
+// out as undecodable (strict: the error) and the next one is tried.
+func (x *Indexer) probe(p *probeSet) error {
+	last := map[string]error{}
+	loadErr := func(err error) error {
+		return fmt.Errorf("indexer %q: load %s: %w", x.name, x.db.Path(), err)
+	}
+	for round := 0; len(p.ids) > 0; round++ {
+		var batch, ids, rest []string
+		for _, id := range p.ids {
+			ks := p.keys[id]
+			if round == len(ks) {
+				return loadErr(fmt.Errorf("no record of encryption key id %q decodes (%d tried): %w", id, len(ks), last[id]))
+			}
+			batch, ids = append(batch, ks[round]), append(ids, id)
+		}
+		objs, errs, err := x.decodeKeys(batch)
+		if err != nil {
+			return loadErr(err)
+		}
+		for i, k := range batch {
+			if errs[i] != nil && (errors.Is(errs[i], codec.ErrWrongKey) || errors.Is(errs[i], codec.ErrEncrypted)) {
+				return x.keyringError(k, ids[i], errs[i])
+			}
+			if errs[i] == nil && !x.bounded {
+				errs[i] = x.matchLoaded(k, x.items[k], objs[i])
+			}
+			if errs[i] != nil {
+				if x.strict || !errors.Is(errs[i], store.ErrCorrupt) {
+					return loadErr(errs[i])
+				}
+				last[ids[i]] = errs[i]
+				rest = append(rest, ids[i])
+				x.undecodable[k] = errs[i]
+				x.unreported++
+				x.logger.Error(errs[i], "Object in the cache file does not decode: it is left out until the server sends it again", "key", k)
+			} else if !x.bounded {
+				x.objs[k] = objs[i]
+			}
+			if !x.bounded {
+				x.clearLazyLocked(x.items[k])
+			}
+		}
+		p.ids = rest
+	}
+	return nil
+}
+
 // installSnapshot makes the items and index sets of a Full load from an
 // envelope snapshot, and returns the keys in file order, the keys to probe
-// (the first of each encryption key id) with their key ids, and the keys
-// whose key id is not the codec's (to reseal). Each index value's set is
-// made at its final size, and the sets are built in parallel.
-func (x *Indexer) installSnapshot(sn *store.Snapshot) (keys, probes, probeIDs, stale []string) {
+// (the first of each encryption key id, and the next ones should those
+// not decode), and the keys whose key id is not the codec's (to reseal).
+// Each index value's set is made at its final size, and the sets are
+// built in parallel.
+func (x *Indexer) installSnapshot(sn *store.Snapshot) (keys []string, probes probeSet, stale []string) {
 	n := len(sn.Keys)
 	items := make([]item, n) // one allocation for all
 	x.items = make(map[string]*item, n)
-	keyIDs := map[string]bool{}
 	want := x.codec.KeyID()
 	for i, key := range sn.Keys {
-		if id := sn.KeyIDs[i]; !keyIDs[id] {
-			keyIDs[id] = true
-			probes = append(probes, key)
-			probeIDs = append(probeIDs, id)
-		}
+		probes.add(sn.KeyIDs[i], key)
 		if sn.KeyIDs[i] != want {
 			stale = append(stale, key)
 		}
@@ -345,37 +419,103 @@ func (x *Indexer) installSnapshot(sn *store.Snapshot) (keys, probes, probeIDs, s
 			tasks[t].idx[tasks[t].v.Value] = set
 		}
 	}
-	return sn.Keys, probes, probeIDs, stale
+	return sn.Keys, probes, stale
 }
 
 // fetchLocked returns the object of key in Bounded mode: a pending write,
-// the LRU, or the file. The caller holds mu (shared suffices) and has
-// checked that key exists.
-func (x *Indexer) fetchLocked(key string) (any, error) {
+// the LRU, or the file. A record that does not decode is returned as bad
+// too, for the caller to mark once it has released the lock. The caller
+// holds mu (shared suffices) and has checked that key exists.
+func (x *Indexer) fetchLocked(key string) (any, *badRead, error) {
 	if obj, ok := x.memoryLocked(key); ok {
-		return obj, nil
+		return obj, nil, nil
+	}
+	if err, bad := x.undecodable[key]; bad {
+		return nil, nil, x.undecodableError(key, err)
 	}
 	var obj runtime.Object
+	var rerr error
 	err := x.db.View(func(tx *store.Tx) error {
-		var err error
-		obj, err = x.readLocked(tx, key)
-		return err
+		obj, rerr = x.readLocked(tx, key)
+		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, fmt.Errorf("indexer %q: get %q: %w", x.name, key, err)
+	}
+	if rerr != nil {
+		return nil, x.badReadLocked(key, rerr), x.undecodableError(key, rerr)
 	}
 	x.lru.Add(key, obj)
-	return obj, nil
+	return obj, nil, nil
 }
 
 // memoryLocked finds key's object without touching the file.
 func (x *Indexer) memoryLocked(key string) (any, bool) {
+	if obj, ok := x.pendingPutLocked(key); ok {
+		return obj, true
+	}
+	return x.lru.Get(key)
+}
+
+// pendingPutLocked returns key's object if a write not yet on disk (or
+// being committed) holds it.
+func (x *Indexer) pendingPutLocked(key string) (any, bool) {
 	for _, m := range []map[string]*pendingOp{x.pending, x.inflight} {
 		if op := m[key]; op != nil && op.kind == opPut {
 			return op.obj, true
 		}
 	}
-	return x.lru.Get(key)
+	return nil, false
+}
+
+// badRead is a record that a read under the shared lock found not to
+// decode (Bounded mode), with what memory held for its key then.
+type badRead struct {
+	key, rv, uid string
+	err          error
+}
+
+func (x *Indexer) badReadLocked(key string, err error) *badRead {
+	b := &badRead{key: key, err: err}
+	if it := x.items[key]; it != nil {
+		b.rv, b.uid = it.rv, it.uid
+	}
+	return b
+}
+
+// markUndecodable records the bad reads whose keys memory still holds as
+// it did at the read (no write replaced or deleted them since) as
+// undecodable: reads report them, List leaves them out, Health counts
+// them, and OnUndecodable is told (the informer relists) until a write
+// replaces them. The caller holds no lock.
+func (x *Indexer) markUndecodable(bad []badRead) {
+	if len(bad) == 0 {
+		return
+	}
+	x.mu.Lock()
+	n := 0
+	for _, b := range bad {
+		it := x.items[b.key]
+		if it == nil || it.rv != b.rv || it.uid != b.uid {
+			continue
+		}
+		if _, ok := x.undecodable[b.key]; ok {
+			continue
+		}
+		if _, ok := x.pendingPutLocked(b.key); ok {
+			continue
+		}
+		x.undecodable[b.key] = b.err
+		if n++; n == 1 {
+			x.logger.Error(b.err, "Object in the cache file does not decode: it is left out until the server sends it again", "key", b.key)
+		}
+	}
+	x.unreported += n
+	x.mu.Unlock()
+	if n > 1 {
+		x.logger.Error(nil, "More objects in the cache file do not decode", "count", n-1)
+	}
+	x.flushUndecodable()
 }
 
 func (x *Indexer) readLocked(tx *store.Tx, key string) (runtime.Object, error) {
@@ -421,38 +561,14 @@ func (x *Indexer) checkEnvelope(key string, r *store.Record, obj runtime.Object)
 
 // fetchManyLocked returns the objects of keys (Bounded mode) in the same
 // order, reading the misses in one transaction without filling the LRU (a
-// List must not evict the working set). Objects that cannot be read are
-// logged and left out.
-func (x *Indexer) fetchManyLocked(keys []string) []any {
-	out := make([]any, len(keys))
-	var misses []int
-	for i, k := range keys {
-		if obj, ok := x.memoryLocked(k); ok {
-			out[i] = obj
-		} else {
-			misses = append(misses, i)
-		}
-	}
-	if len(misses) > 0 {
-		mk := make([]string, len(misses))
-		for j, i := range misses {
-			mk[j] = keys[i]
-		}
-		objs, errs, err := x.decodeKeys(mk)
-		if err != nil {
-			x.logger.Error(err, "Objects not readable")
-			errs = make([]error, len(mk))
-			for j := range errs {
-				errs[j] = err
-			}
-		}
-		for j, i := range misses {
-			if errs[j] != nil {
-				x.logger.Error(errs[j], "Object not readable", "key", keys[i])
-				continue
-			}
-			out[i] = objs[j]
-		}
+// List must not evict the working set). Undecodable objects are left out
+// (those found now are returned as bad, for the caller to mark once it has
+// released the lock); objects the file cannot give (a read that failed)
+// are logged and left out.
+func (x *Indexer) fetchManyLocked(keys []string) ([]any, []badRead) {
+	out, bad, err := x.readManyLocked(keys)
+	if err != nil {
+		x.logger.Error(err, "Objects not readable")
 	}
 	n := 0
 	for _, obj := range out {
@@ -461,7 +577,42 @@ func (x *Indexer) fetchManyLocked(keys []string) []any {
 			n++
 		}
 	}
-	return out[:n]
+	return out[:n], bad
+}
+
+// readManyLocked reads the objects of keys (Bounded mode), aligned with
+// keys: nil for a key that is undecodable (known before, or found now:
+// bad) or that err, the file's error, kept from being read. The caller
+// holds mu (shared suffices).
+func (x *Indexer) readManyLocked(keys []string) (out []any, bad []badRead, err error) {
+	out = make([]any, len(keys))
+	var misses []int
+	for i, k := range keys {
+		if obj, ok := x.memoryLocked(k); ok {
+			out[i] = obj
+		} else if _, known := x.undecodable[k]; !known {
+			misses = append(misses, i)
+		}
+	}
+	if len(misses) == 0 {
+		return out, nil, nil
+	}
+	mk := make([]string, len(misses))
+	for j, i := range misses {
+		mk[j] = keys[i]
+	}
+	objs, errs, err := x.decodeKeys(mk)
+	if err != nil {
+		return out, nil, err
+	}
+	for j, i := range misses {
+		if errs[j] != nil {
+			bad = append(bad, *x.badReadLocked(keys[i], errs[j]))
+			continue
+		}
+		out[i] = objs[j]
+	}
+	return out, bad, nil
 }
 
 // CachedObjects returns how many decoded objects memory holds: in Full

@@ -3,12 +3,14 @@ package recovery
 import (
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
+	"path/filepath"
 	"time"
 
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/boltinformer/boltinformer/internal/safefile"
 	"github.com/boltinformer/boltinformer/store"
 )
 
@@ -100,24 +102,35 @@ func OpenStore(path string, opts *Options) (*store.DB, Report, error) {
 }
 
 // QuarantineFile renames path (and nothing else) to path.corrupt-<UTC time>,
-// never overwriting an existing file, and returns the new name.
+// never overwriting an existing file or following a link at the new name,
+// fsyncs the directory so that the rename survives power loss, and
+// returns the new name.
 func QuarantineFile(path string, c clock.PassiveClock) (string, error) {
-	base := path + ".corrupt-" + c.Now().UTC().Format("20060102T150405Z")
-	aside := base
-	for i := 1; ; i++ {
-		if _, err := os.Lstat(aside); errors.Is(err, os.ErrNotExist) {
-			break
+	base := path + ".corrupt-" + c.Now().UTC().Format(stampLayout)
+	for i := 0; i <= maxNameTries; i++ {
+		aside := base
+		if i > 0 {
+			aside = fmt.Sprintf("%s.%d", base, i)
 		}
-		if i > 100 {
-			return "", fmt.Errorf("recovery: no free quarantine name for %s", path)
+		err := safefile.RenameNoReplace(path, aside)
+		if errors.Is(err, fs.ErrExist) {
+			continue
 		}
-		aside = fmt.Sprintf("%s.%d", base, i)
+		if err != nil {
+			return "", fmt.Errorf("recovery: quarantine %s: %w", path, err)
+		}
+		if err := safefile.SyncDir(filepath.Dir(path)); err != nil {
+			return aside, fmt.Errorf("recovery: quarantined %s as %s: %w", path, aside, err)
+		}
+		return aside, nil
 	}
-	if err := os.Rename(path, aside); err != nil {
-		return "", fmt.Errorf("recovery: quarantine %s: %w", path, err)
-	}
-	return aside, nil
+	return "", fmt.Errorf("recovery: no free quarantine name for %s", path)
 }
+
+const (
+	stampLayout  = "20060102T150405Z"
+	maxNameTries = 100
+)
 
 // Decision is the warm-start decision for one informer.
 type Decision struct {

@@ -7,11 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 	"k8s.io/utils/clock"
+
+	"github.com/boltinformer/boltinformer/internal/safefile"
 )
 
 // DefaultLockTimeout is how long Open waits for another process's file lock
@@ -61,7 +64,10 @@ type DB struct {
 }
 
 // Open opens (creating, unless read-only) the cache file at path. The file
-// is created with mode 0600 and its directory, if missing, with 0700.
+// is created with mode 0600 and its directory, if missing, with 0700, and
+// the new entries are fsync'd. A read-write open refuses a symbolic link
+// at path (ErrForeign), dangling or not: it never creates or writes a
+// file through a link.
 //
 // Errors: ErrLocked if another process holds the file past the timeout;
 // ErrForeign for a file not written by boltinformer; a *VersionError for an
@@ -83,8 +89,9 @@ func Open(path string, opts *Options) (db *DB, err error) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, fmt.Errorf("store: create directory of %s: %w", path, err)
 		}
-		_, err := os.Stat(path)
-		newFile = errors.Is(err, fs.ErrNotExist)
+		if newFile, err = createFile(path); err != nil {
+			return nil, err
+		}
 	} else if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
@@ -98,11 +105,27 @@ func Open(path string, opts *Options) (db *DB, err error) {
 	case timeout < 0:
 		timeout = time.Nanosecond
 	}
+	openFile := opts.OpenFile
+	if openFile == nil {
+		openFile = os.OpenFile
+	}
+	if !opts.ReadOnly {
+		// A link planted at the path after createFile looked is refused
+		// too (ELOOP), never followed (bbolt opens with O_CREATE).
+		next := openFile
+		openFile = func(name string, flag int, mode os.FileMode) (*os.File, error) {
+			f, err := next(name, flag|safefile.NoFollow, mode)
+			if errors.Is(err, syscall.ELOOP) {
+				return nil, symlinkError(name)
+			}
+			return f, err
+		}
+	}
 	bopts := &bolt.Options{
 		Timeout:         timeout,
 		ReadOnly:        opts.ReadOnly,
 		NoSync:          opts.NoSync,
-		OpenFile:        opts.OpenFile,
+		OpenFile:        openFile,
 		InitialMmapSize: initialMmapSize(opts.InitialMmapSize, path),
 		FreelistType:    bolt.FreelistMapType,
 	}
@@ -211,6 +234,8 @@ func openBolt(path string, bopts *bolt.Options) (bdb *bolt.DB, err error) {
 		switch {
 		case errors.Is(err, bolterrors.ErrTimeout):
 			return nil, fmt.Errorf("%w: %s (waited %s)", ErrLocked, path, bopts.Timeout)
+		case errors.Is(err, ErrForeign):
+			return nil, err
 		case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrChecksum),
 			errors.Is(err, bolterrors.ErrVersionMismatch), errors.Is(err, bolterrors.ErrInvalidMapping):
 			return nil, corruptf("%s: %v", path, err)
@@ -218,6 +243,45 @@ func openBolt(path string, bopts *bolt.Options) (bdb *bolt.DB, err error) {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	return bdb, nil
+}
+
+// createFile creates the cache file at path if there is nothing there,
+// never through a symbolic link: a link at the path, dangling or not, is
+// refused (anyone who can write the directory could otherwise make the
+// agent create or write a file wherever the link points). It reports
+// whether it created the file.
+func createFile(path string) (created bool, err error) {
+	fi, err := os.Lstat(path)
+	switch {
+	case err == nil && fi.Mode()&fs.ModeSymlink != 0:
+		return false, symlinkError(path)
+	case err == nil:
+		return false, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return false, fmt.Errorf("store: stat %s: %w", path, err)
+	}
+	f, err := safefile.CreateExcl(path, 0o600)
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		return false, nil // created meanwhile: opened as it is (a link is refused then)
+	case errors.Is(err, syscall.ELOOP):
+		return false, symlinkError(path)
+	case err != nil:
+		return false, fmt.Errorf("store: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return false, fmt.Errorf("store: create %s: %w", path, err)
+	}
+	return true, nil
+}
+
+// symlinkError is the error for a symbolic link at the cache path.
+func symlinkError(path string) error {
+	to, err := os.Readlink(path)
+	if err != nil {
+		to = "?"
+	}
+	return fmt.Errorf("%w: %s is a symbolic link (to %s): a cache file is never opened for writing through a link; give the path of the file itself", ErrForeign, path, to)
 }
 
 // precheckFile rejects, before bbolt maps it, a file too short to hold

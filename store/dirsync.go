@@ -6,7 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
+
+	"github.com/boltinformer/boltinformer/internal/safefile"
 )
 
 // A file's fsync makes its data and size durable, not its name: "Calling
@@ -57,19 +58,7 @@ func syncCreated(path string, newFile bool, newDirs []string) error {
 	return nil
 }
 
-// syncDir fsyncs a directory. Windows cannot (and needs not: NTFS journals
-// its directory entries).
-func syncDir(dir string) error {
-	if runtime.GOOS == "windows" {
-		return nil
-	}
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
+// syncDir fsyncs a directory (safefile.SyncDir: a no-op where directories
+// cannot be fsync'd, as on Windows, whose NTFS journals its directory
+// entries).
+func syncDir(dir string) error { return safefile.SyncDir(dir) }

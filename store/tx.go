@@ -61,6 +61,16 @@ func (t *Tx) State(informer string) (*State, error) {
 	return s, nil
 }
 
+// StateRaw returns an informer's encoded state record (valid during the
+// transaction), or nil.
+func (t *Tx) StateRaw(informer string) []byte {
+	b := t.informer(informer)
+	if b == nil {
+		return nil
+	}
+	return b.Get(keyState)
+}
+
 // sub returns the informer's nested bucket name (objects or indexes), or
 // nil if the informer or the bucket does not exist.
 func (t *Tx) sub(informer string, name []byte) *bolt.Bucket {
