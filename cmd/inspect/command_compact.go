@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/boltinformer/boltinformer/internal/safefile"
 )
 
 func (a *app) newCompactCommand() *cobra.Command {
@@ -73,7 +75,10 @@ func (a *app) compact(cmd *cobra.Command, path, out string, txMaxSize int64) (er
 			_ = dst.Close()
 			return err
 		}
-		return dst.Close()
+		if err := dst.Close(); err != nil {
+			return err
+		}
+		return safefile.SyncDir(filepath.Dir(out)) // the new name, durable
 	})
 	if err != nil {
 		return fmt.Errorf("compact %s to %s: %w", path, out, err)

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/boltinformer/boltinformer/internal/codec"
+	"github.com/boltinformer/boltinformer/internal/safefile"
 	"github.com/boltinformer/boltinformer/store"
 )
 
@@ -74,11 +75,17 @@ func (a *app) export(cmd *cobra.Command, path, informer string, o *exportOptions
 			return cerr
 		}
 		defer func() {
+			if err == nil {
+				err = f.Sync() // the data before the name: never an empty file named as complete
+			}
 			if cerr := f.Close(); err == nil && cerr != nil {
 				err = cerr
 			}
 			if err == nil {
 				err = os.Rename(f.Name(), o.outputFile)
+				if err == nil {
+					err = safefile.SyncDir(filepath.Dir(o.outputFile))
+				}
 			}
 			if err != nil {
 				_ = os.Remove(f.Name()) // no partial export that looks complete
