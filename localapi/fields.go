@@ -9,6 +9,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,28 +19,28 @@ import (
 
 // fieldSet are one kind's own selectable fields, as the apiserver defines
 // them (every kind has metadata.name and metadata.namespace besides): their
-// names, and a function that adds an object's values to a set.
+// names, and a function that returns an object's value of one of them.
 type fieldSet struct {
-	own    []string
-	fields func(obj runtime.Object, set fields.Set)
+	own   []string
+	value func(obj runtime.Object, field string) string
 }
 
 var kindFields = map[schema.GroupKind]fieldSet{
 	{Kind: "Pod"}: {[]string{"spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
-		"spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName"}, podFields},
-	{Kind: "Node"}:                  {[]string{"spec.unschedulable"}, nodeFields},
-	{Kind: "Secret"}:                {[]string{"type"}, secretFields},
-	{Kind: "Service"}:               {[]string{"spec.clusterIP", "spec.type"}, serviceFields},
-	{Kind: "Namespace"}:             {[]string{"status.phase", "name"}, namespaceFields},
+		"spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName"}, podField},
+	{Kind: "Node"}:                  {[]string{"spec.unschedulable"}, nodeField},
+	{Kind: "Secret"}:                {[]string{"type"}, secretField},
+	{Kind: "Service"}:               {[]string{"spec.clusterIP", "spec.type"}, serviceField},
+	{Kind: "Namespace"}:             {[]string{"status.phase", "name"}, namespaceField},
 	{Kind: "PersistentVolume"}:      {[]string{"name"}, nameField},
 	{Kind: "PersistentVolumeClaim"}: {[]string{"name"}, nameField},
-	{Kind: "ReplicationController"}: {[]string{"status.replicas"}, rcFields},
+	{Kind: "ReplicationController"}: {[]string{"status.replicas"}, rcField},
 	{Kind: "Event"}: {[]string{"involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
 		"involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath",
-		"reason", "reportingComponent", "source", "type"}, eventFields},
-	{Group: "apps", Kind: "ReplicaSet"}:                               {[]string{"status.replicas"}, rsFields},
-	{Group: "batch", Kind: "Job"}:                                     {[]string{"status.successful"}, jobFields},
-	{Group: "certificates.k8s.io", Kind: "CertificateSigningRequest"}: {[]string{"spec.signerName"}, csrFields},
+		"reason", "reportingComponent", "source", "type"}, eventField},
+	{Group: "apps", Kind: "ReplicaSet"}:                               {[]string{"status.replicas"}, rsField},
+	{Group: "batch", Kind: "Job"}:                                     {[]string{"status.successful"}, jobField},
+	{Group: "certificates.k8s.io", Kind: "CertificateSigningRequest"}: {[]string{"spec.signerName"}, csrField},
 }
 
 // selector filters objects of one resource by a label and a field
@@ -47,7 +48,7 @@ var kindFields = map[schema.GroupKind]fieldSet{
 type selector struct {
 	labels     labels.Selector
 	fields     fields.Selector
-	fieldsFunc func(runtime.Object, fields.Set)
+	value      func(runtime.Object, string) string // the kind's own fields, or nil
 	namespaced bool
 	everything bool
 }
@@ -60,7 +61,7 @@ func newSelector(res *Resource, ls labels.Selector, fs fields.Selector) (*select
 	allowed := sets.New("metadata.name", "metadata.namespace")
 	if known {
 		allowed.Insert(kf.own...)
-		s.fieldsFunc = kf.fields
+		s.value = kf.value
 	}
 	for _, r := range fs.Requirements() {
 		if !allowed.Has(r.Field) {
@@ -83,17 +84,33 @@ func (s *selector) matches(obj runtime.Object) bool {
 	if !s.labels.Empty() && !s.labels.Matches(labels.Set(m.GetLabels())) {
 		return false
 	}
-	if s.fields.Empty() {
-		return true
+	return s.fields.Empty() || s.fields.Matches(objectFields{s, obj, m})
+}
+
+// objectFields are an object's selectable fields, read as a field
+// selector asks for them (no map built per object).
+type objectFields struct {
+	s   *selector
+	obj runtime.Object
+	m   metav1.Object
+}
+
+func (f objectFields) Has(field string) bool { return true }
+
+func (f objectFields) Get(field string) string {
+	switch field {
+	case "metadata.name":
+		return f.m.GetName()
+	case "metadata.namespace":
+		if f.s.namespaced {
+			return f.m.GetNamespace()
+		}
+		return ""
 	}
-	set := fields.Set{"metadata.name": m.GetName()}
-	if s.namespaced {
-		set["metadata.namespace"] = m.GetNamespace()
+	if f.s.value != nil {
+		return f.s.value(f.obj, field)
 	}
-	if s.fieldsFunc != nil {
-		s.fieldsFunc(obj, set)
-	}
-	return s.fields.Matches(set)
+	return ""
 }
 
 // singleName returns the name a field selector pins (metadata.name=x), if
@@ -102,101 +119,145 @@ func (s *selector) singleName() (string, bool) {
 	return s.fields.RequiresExactMatch("metadata.name")
 }
 
-func podFields(obj runtime.Object, set fields.Set) {
+func podField(obj runtime.Object, field string) string {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
-		return
+		return ""
 	}
-	set["spec.nodeName"] = p.Spec.NodeName
-	set["spec.restartPolicy"] = string(p.Spec.RestartPolicy)
-	set["spec.schedulerName"] = p.Spec.SchedulerName
-	set["spec.serviceAccountName"] = p.Spec.ServiceAccountName
-	set["spec.hostNetwork"] = strconv.FormatBool(p.Spec.HostNetwork)
-	set["status.phase"] = string(p.Status.Phase)
-	ip := ""
-	if len(p.Status.PodIPs) > 0 {
-		ip = p.Status.PodIPs[0].IP
+	switch field {
+	case "spec.nodeName":
+		return p.Spec.NodeName
+	case "spec.restartPolicy":
+		return string(p.Spec.RestartPolicy)
+	case "spec.schedulerName":
+		return p.Spec.SchedulerName
+	case "spec.serviceAccountName":
+		return p.Spec.ServiceAccountName
+	case "spec.hostNetwork":
+		return strconv.FormatBool(p.Spec.HostNetwork)
+	case "status.phase":
+		return string(p.Status.Phase)
+	case "status.podIP":
+		if len(p.Status.PodIPs) > 0 {
+			return p.Status.PodIPs[0].IP
+		}
+		return ""
+	case "status.nominatedNodeName":
+		return p.Status.NominatedNodeName
 	}
-	set["status.podIP"] = ip
-	set["status.nominatedNodeName"] = p.Status.NominatedNodeName
+	return ""
 }
 
-func nodeFields(obj runtime.Object, set fields.Set) {
-	if n, ok := obj.(*corev1.Node); ok {
-		set["spec.unschedulable"] = strconv.FormatBool(n.Spec.Unschedulable)
+func nodeField(obj runtime.Object, field string) string {
+	if n, ok := obj.(*corev1.Node); ok && field == "spec.unschedulable" {
+		return strconv.FormatBool(n.Spec.Unschedulable)
 	}
+	return ""
 }
 
-func secretFields(obj runtime.Object, set fields.Set) {
-	if s, ok := obj.(*corev1.Secret); ok {
-		set["type"] = string(s.Type)
+func secretField(obj runtime.Object, field string) string {
+	if s, ok := obj.(*corev1.Secret); ok && field == "type" {
+		return string(s.Type)
 	}
+	return ""
 }
 
-func serviceFields(obj runtime.Object, set fields.Set) {
-	if s, ok := obj.(*corev1.Service); ok {
-		set["spec.clusterIP"] = s.Spec.ClusterIP
-		set["spec.type"] = string(s.Spec.Type)
+func serviceField(obj runtime.Object, field string) string {
+	s, ok := obj.(*corev1.Service)
+	if !ok {
+		return ""
 	}
+	switch field {
+	case "spec.clusterIP":
+		return s.Spec.ClusterIP
+	case "spec.type":
+		return string(s.Spec.Type)
+	}
+	return ""
 }
 
-func namespaceFields(obj runtime.Object, set fields.Set) {
-	if n, ok := obj.(*corev1.Namespace); ok {
-		set["status.phase"] = string(n.Status.Phase)
-		set["name"] = n.Name
+func namespaceField(obj runtime.Object, field string) string {
+	n, ok := obj.(*corev1.Namespace)
+	if !ok {
+		return ""
 	}
+	switch field {
+	case "status.phase":
+		return string(n.Status.Phase)
+	case "name":
+		return n.Name
+	}
+	return ""
 }
 
 // nameField is the legacy "name" field some kinds still select on.
-func nameField(obj runtime.Object, set fields.Set) {
-	if m, err := meta.Accessor(obj); err == nil {
-		set["name"] = m.GetName()
+func nameField(obj runtime.Object, field string) string {
+	if m, err := meta.Accessor(obj); err == nil && field == "name" {
+		return m.GetName()
 	}
+	return ""
 }
 
-func rcFields(obj runtime.Object, set fields.Set) {
-	if rc, ok := obj.(*corev1.ReplicationController); ok {
-		set["status.replicas"] = strconv.Itoa(int(rc.Status.Replicas))
+func rcField(obj runtime.Object, field string) string {
+	if rc, ok := obj.(*corev1.ReplicationController); ok && field == "status.replicas" {
+		return strconv.Itoa(int(rc.Status.Replicas))
 	}
+	return ""
 }
 
-func rsFields(obj runtime.Object, set fields.Set) {
-	if rs, ok := obj.(*appsv1.ReplicaSet); ok {
-		set["status.replicas"] = strconv.Itoa(int(rs.Status.Replicas))
+func rsField(obj runtime.Object, field string) string {
+	if rs, ok := obj.(*appsv1.ReplicaSet); ok && field == "status.replicas" {
+		return strconv.Itoa(int(rs.Status.Replicas))
 	}
+	return ""
 }
 
-func jobFields(obj runtime.Object, set fields.Set) {
-	if j, ok := obj.(*batchv1.Job); ok {
-		set["status.successful"] = strconv.Itoa(int(j.Status.Succeeded))
+func jobField(obj runtime.Object, field string) string {
+	if j, ok := obj.(*batchv1.Job); ok && field == "status.successful" {
+		return strconv.Itoa(int(j.Status.Succeeded))
 	}
+	return ""
 }
 
-func csrFields(obj runtime.Object, set fields.Set) {
-	if c, ok := obj.(*certificatesv1.CertificateSigningRequest); ok {
-		set["spec.signerName"] = c.Spec.SignerName
+func csrField(obj runtime.Object, field string) string {
+	if c, ok := obj.(*certificatesv1.CertificateSigningRequest); ok && field == "spec.signerName" {
+		return c.Spec.SignerName
 	}
+	return ""
 }
 
-func eventFields(obj runtime.Object, set fields.Set) {
+func eventField(obj runtime.Object, field string) string {
 	e, ok := obj.(*corev1.Event)
 	if !ok {
-		return
-	}
-	source := e.Source.Component
-	if source == "" {
-		source = e.ReportingController
+		return ""
 	}
 	io := e.InvolvedObject
-	set["involvedObject.kind"] = io.Kind
-	set["involvedObject.namespace"] = io.Namespace
-	set["involvedObject.name"] = io.Name
-	set["involvedObject.uid"] = string(io.UID)
-	set["involvedObject.apiVersion"] = io.APIVersion
-	set["involvedObject.resourceVersion"] = io.ResourceVersion
-	set["involvedObject.fieldPath"] = io.FieldPath
-	set["reason"] = e.Reason
-	set["reportingComponent"] = e.ReportingController
-	set["source"] = source
-	set["type"] = e.Type
+	switch field {
+	case "involvedObject.kind":
+		return io.Kind
+	case "involvedObject.namespace":
+		return io.Namespace
+	case "involvedObject.name":
+		return io.Name
+	case "involvedObject.uid":
+		return string(io.UID)
+	case "involvedObject.apiVersion":
+		return io.APIVersion
+	case "involvedObject.resourceVersion":
+		return io.ResourceVersion
+	case "involvedObject.fieldPath":
+		return io.FieldPath
+	case "reason":
+		return e.Reason
+	case "reportingComponent":
+		return e.ReportingController
+	case "source":
+		if e.Source.Component != "" {
+			return e.Source.Component
+		}
+		return e.ReportingController
+	case "type":
+		return e.Type
+	}
+	return ""
 }

@@ -17,7 +17,7 @@ import (
 
 // DefaultWindowEvents is how many recent events each resource keeps for
 // watches to resume from (Options.WindowEvents).
-const DefaultWindowEvents = 4096
+const DefaultWindowEvents = 1024
 
 // event is one change in a view's window. Immutable once added, but for
 // its lazily filled encodings.
