@@ -56,6 +56,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSnapshot$$' -fuzztime $(FUZZRUNS)x -fuzzminimizetime 10x ./store/
 	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime 5000x -fuzzminimizetime 10x ./store/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodePayload$$' -fuzztime 5000x -fuzzminimizetime 10x ./internal/codec/
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePath$$' -fuzztime $(FUZZRUNS)x -fuzzminimizetime 10x ./localapi/
+	$(GO) test -run '^$$' -fuzz '^FuzzListOptions$$' -fuzztime $(FUZZRUNS)x -fuzzminimizetime 10x ./localapi/
+	$(GO) test -run '^$$' -fuzz '^FuzzContinue$$' -fuzztime $(FUZZRUNS)x -fuzzminimizetime 10x ./localapi/
+	$(GO) test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime 5000x -fuzzminimizetime 10x ./localapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZRUNS)x -fuzzminimizetime 10x ./internal/powerloss/
 
 # End-to-end tests against a real kube-apiserver + etcd on 127.0.0.1 (the
