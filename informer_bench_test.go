@@ -37,8 +37,11 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/boltinformer/boltinformer"
+	"github.com/boltinformer/boltinformer/internal/codec"
+	"github.com/boltinformer/boltinformer/internal/floor"
 	"github.com/boltinformer/boltinformer/internal/testobj"
 	"github.com/boltinformer/boltinformer/recovery/crashtest"
+	"github.com/boltinformer/boltinformer/store"
 )
 
 func benchObjects() int {
@@ -179,6 +182,7 @@ func BenchmarkTimeToSynced(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		payloads := readPayloads(b, warmPath)
 
 		clientGo := func(lw cache.ListerWatcher) func(b *testing.B) {
 			return func(b *testing.B) {
@@ -270,7 +274,57 @@ func BenchmarkTimeToSynced(b *testing.B) {
 		}
 		b.Run("boltinformer/warm/full", warm(nil))
 		b.Run("boltinformer/warm/bounded", warm(&boltinformer.InformerOptions{Memory: boltinformer.BoundedMemory}))
+
+		// The floor of a warm start's initial list: the file's payloads
+		// (read beforehand) decoded once, on every core, and nothing
+		// else. Its ms-to-handler-synced is the time until every object is
+		// decoded, as if handed to the handler.
+		b.Run("floor/decode", func(b *testing.B) {
+			b.ReportAllocs()
+			tm := newTimer(b)
+			for range b.N {
+				b.StopTimer()
+				runtime.GC()
+				b.StartTimer()
+				start, cpu0 := time.Now(), cpuTime()
+				objs, err := floor.DecodeAll(store.CodecProtobuf, payloads, func() k8sruntime.Object { return &corev1.Pod{} })
+				if err != nil {
+					b.Fatal(err)
+				}
+				tm.add("ms-to-handler-synced", time.Since(start))
+				tm.add("cpu-ms-to-handler-synced", cpuTime()-cpu0)
+				b.StopTimer()
+				runtime.KeepAlive(objs)
+				b.StartTimer()
+			}
+			tm.report()
+		})
 	})
+}
+
+// readPayloads returns the payloads of the informer "pods" in the file at
+// path.
+func readPayloads(b *testing.B, path string) [][]byte {
+	b.Helper()
+	db, err := store.Open(path, &store.Options{ReadOnly: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	var out [][]byte
+	err = db.View(func(tx *store.Tx) error {
+		return tx.ForEach("pods", func(_ string, r *store.Record) error {
+			if r.Codec != store.CodecProtobuf || r.KeyID != "" {
+				return fmt.Errorf("record of codec %v, key id %q", r.Codec, r.KeyID)
+			}
+			out = append(out, r.Payload)
+			return nil
+		})
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return out
 }
 
 // feedLW lists a fixed set of Pods and serves one watch fed by the
@@ -332,15 +386,21 @@ func (h *lastRVHandler) OnUpdate(_, obj any) {
 // round) and over 100,000 (each once: nothing coalesces).
 func BenchmarkIngest(b *testing.B) {
 	type setup func(b *testing.B, lw cache.ListerWatcher) (inf cache.SharedIndexInformer, flush func() error, close func())
+	// Full mode's commit sizes, per workload, for the floor to replay.
+	commits := map[string]*commitLog{}
 	impls := []struct {
 		name  string
-		setup setup
+		setup func(log *commitLog) setup
 	}{
-		{"client-go", func(_ *testing.B, lw cache.ListerWatcher) (cache.SharedIndexInformer, func() error, func()) {
-			return cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, podIndexers()), func() error { return nil }, func() {}
+		{"client-go", func(*commitLog) setup {
+			return func(_ *testing.B, lw cache.ListerWatcher) (cache.SharedIndexInformer, func() error, func()) {
+				return cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, podIndexers()), func() error { return nil }, func() {}
+			}
 		}},
-		{"boltinformer/full", oursIngest(nil)},
-		{"boltinformer/bounded", oursIngest(&boltinformer.InformerOptions{Memory: boltinformer.BoundedMemory})},
+		{"boltinformer/full", func(log *commitLog) setup { return oursIngest(nil, log) }},
+		{"boltinformer/bounded", func(*commitLog) setup {
+			return oursIngest(&boltinformer.InformerOptions{Memory: boltinformer.BoundedMemory}, nil)
+		}},
 	}
 	for _, round := range []struct {
 		name         string
@@ -356,15 +416,139 @@ func BenchmarkIngest(b *testing.B) {
 			base[i] = testobj.Pod(i, 10, 5, "1")
 			list.Items = append(list.Items, *base[i])
 		}
+		log := commits[round.name]
+		if log == nil {
+			log = &commitLog{}
+			commits[round.name] = log
+		}
 		for _, impl := range impls {
 			b.Run(round.name+"/"+impl.name, func(b *testing.B) {
-				benchIngest(b, impl.setup, list, base, round.events)
+				var l *commitLog
+				if impl.name == "boltinformer/full" {
+					l = log
+				}
+				benchIngest(b, impl.setup(l), l, list, base, round.events)
 			})
 		}
+		b.Run(round.name+"/floor", func(b *testing.B) {
+			benchIngestFloor(b, log, list, base, round.events)
+		})
 	}
 }
 
-func benchIngest(b *testing.B, setup func(*testing.B, cache.ListerWatcher) (cache.SharedIndexInformer, func() error, func()), list *corev1.PodList, base []*corev1.Pod, perIter int) {
+// commitLog records the number of object mutations of each commit of a
+// DB (boltinformer.Options.OnCommit), split into a benchmark's rounds.
+type commitLog struct {
+	mu     sync.Mutex
+	cur    []int
+	rounds [][]int // of the last run
+}
+
+func (l *commitLog) add(info store.CommitInfo) {
+	if info.Err != nil || info.Ops == 0 {
+		return // retried; or a state record only
+	}
+	l.mu.Lock()
+	l.cur = append(l.cur, info.Ops)
+	l.mu.Unlock()
+}
+
+// startRun forgets the rounds of the last run.
+func (l *commitLog) startRun() {
+	l.mu.Lock()
+	l.rounds = nil
+	l.mu.Unlock()
+}
+
+// endRound ends a round (discard: the commits before the first).
+func (l *commitLog) endRound(discard bool) {
+	l.mu.Lock()
+	if !discard {
+		l.rounds = append(l.rounds, l.cur)
+	}
+	l.cur = nil
+	l.mu.Unlock()
+}
+
+// round returns the commit sizes of round i of the last run (batches of
+// the default MaxOps if there was none).
+func (l *commitLog) round(i int) []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.rounds) == 0 {
+		return []int{1000}
+	}
+	return l.rounds[i%len(l.rounds)]
+}
+
+// benchIngestFloor is the floor of durable ingest: for each round, the
+// records Full mode's run wrote (the round's events from the first, as
+// many as it wrote, in its commit sizes) encoded and put with one fsync
+// per commit, and nothing else (internal/floor). events/s counts the
+// round's events, as for ours.
+func benchIngestFloor(b *testing.B, log *commitLog, list *corev1.PodList, base []*corev1.Pod, perIter int) {
+	db, err := store.Open(benchPath(b, "floor.db"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	c, err := codec.New(&corev1.Pod{}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := floor.NewWriter(db, c, "pods")
+	prepare := func(objs []any) []floor.Object {
+		out, err := floor.Prepare(objs, cache.DeletionHandlingMetaNamespaceKeyFunc, podIndexers())
+		if err != nil {
+			b.Fatal(err)
+		}
+		return out
+	}
+	initial := make([]any, len(list.Items))
+	for i := range list.Items {
+		initial[i] = &list.Items[i]
+	}
+	if _, err := w.Write(prepare(initial), nil, true); err != nil {
+		b.Fatal(err)
+	}
+	rv := int64(1)
+	var elapsed, cpu time.Duration
+	var records int
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		sizes := log.round(i)
+		total := 0
+		for _, n := range sizes {
+			total += n
+		}
+		total = min(total, perIter)
+		objs := make([]any, total)
+		for j := range perIter {
+			rv++
+			if j < total {
+				objs[j] = modifiedPod(base[j%len(base)], rv)
+			}
+		}
+		prepared := prepare(objs)
+		runtime.GC()
+		b.StartTimer()
+		start, cpu0 := time.Now(), cpuTime()
+		if _, err := w.Write(prepared, sizes, false); err != nil {
+			b.Fatal(err)
+		}
+		elapsed += time.Since(start)
+		cpu += cpuTime() - cpu0
+		records += total
+	}
+	b.StopTimer()
+	n := float64(b.N * perIter)
+	b.ReportMetric(n/elapsed.Seconds(), "events/s")
+	b.ReportMetric(float64(cpu.Nanoseconds())/1000/n, "cpu-us/event")
+	b.ReportMetric(float64(records)/n, "records/event")
+}
+
+func benchIngest(b *testing.B, setup func(*testing.B, cache.ListerWatcher) (cache.SharedIndexInformer, func() error, func()), log *commitLog, list *corev1.PodList, base []*corev1.Pod, perIter int) {
 	lw := &feedLW{list: list, w: &feedWatch{ch: make(chan watch.Event, perIter), stopped: make(chan struct{})}}
 	inf, flush, closeDB := setup(b, lw)
 	h := &lastRVHandler{}
@@ -384,6 +568,10 @@ func benchIngest(b *testing.B, setup func(*testing.B, cache.ListerWatcher) (cach
 	events := make([]watch.Event, perIter)
 	var elapsed, applied, cpu time.Duration
 	var written int64
+	if log != nil {
+		log.startRun()
+		log.endRound(true)
+	}
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
@@ -407,6 +595,9 @@ func benchIngest(b *testing.B, setup func(*testing.B, cache.ListerWatcher) (cach
 		u := readUsage()
 		cpu += u.cpu - u0.cpu
 		written += u.written - u0.written
+		if log != nil {
+			log.endRound(false)
+		}
 	}
 	b.StopTimer()
 	n := float64(b.N * perIter)
@@ -429,9 +620,13 @@ func modifiedPod(p *corev1.Pod, rv int64) *corev1.Pod {
 	return out
 }
 
-func oursIngest(opts *boltinformer.InformerOptions) func(b *testing.B, lw cache.ListerWatcher) (cache.SharedIndexInformer, func() error, func()) {
+func oursIngest(opts *boltinformer.InformerOptions, log *commitLog) func(b *testing.B, lw cache.ListerWatcher) (cache.SharedIndexInformer, func() error, func()) {
 	return func(b *testing.B, lw cache.ListerWatcher) (cache.SharedIndexInformer, func() error, func()) {
-		db, err := boltinformer.Open(benchPath(b, "ingest.db"), quietDB())
+		dbOpts := quietDB()
+		if log != nil {
+			dbOpts.OnCommit = log.add
+		}
+		db, err := boltinformer.Open(benchPath(b, "ingest.db"), dbOpts)
 		if err != nil {
 			b.Fatal(err)
 		}

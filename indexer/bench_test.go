@@ -282,6 +282,7 @@ type writeImpl struct {
 	mode   indexer.Mode
 	noSync bool
 	ours   bool
+	floor  bool // the floor of a durable write (floor_bench_test.go)
 }
 
 var writeImpls = []writeImpl{
@@ -290,6 +291,8 @@ var writeImpls = []writeImpl{
 	{name: implBounded, mode: indexer.Bounded, ours: true},
 	{name: "full-nosync", ours: true, noSync: true},
 	{name: "bounded-nosync", mode: indexer.Bounded, ours: true, noSync: true},
+	{name: "floor", floor: true},
+	{name: "floor-nosync", floor: true, noSync: true},
 }
 
 // writeTarget is an indexer to write to, with what it takes to finish a
@@ -298,6 +301,8 @@ type writeTarget struct {
 	ix    cache.Indexer
 	flush func() error
 	close func()
+	// batches logs the number of mutations of each commit (ours).
+	batches *batchLog
 }
 
 func newWriteTarget(b *testing.B, w writeImpl, preload []*corev1.Pod) *writeTarget {
@@ -315,7 +320,11 @@ func newWriteTarget(b *testing.B, w writeImpl, preload []*corev1.Pod) *writeTarg
 	}
 	// The default group commit: up to 1000 mutations or 100ms per
 	// transaction, by the indexer's own committer.
-	x, err := indexer.Open(db, informerName, benchIndexers(), &indexer.Options{Example: &corev1.Pod{}, Mode: w.mode})
+	log := &batchLog{}
+	x, err := indexer.Open(db, informerName, benchIndexers(), &indexer.Options{
+		Example: &corev1.Pod{}, Mode: w.mode,
+		CommitterOptions: &store.CommitterOptions{OnCommit: log.add},
+	})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -325,10 +334,12 @@ func newWriteTarget(b *testing.B, w writeImpl, preload []*corev1.Pod) *writeTarg
 			b.Fatal(err)
 		}
 	}
+	log.take()
 	return &writeTarget{
-		ix:    x,
-		flush: func() error { return x.Flush(context.Background()) },
-		close: func() { _ = x.Close(); _ = db.Close(); _ = os.RemoveAll(dir) },
+		ix:      x,
+		flush:   func() error { return x.Flush(context.Background()) },
+		close:   func() { _ = x.Close(); _ = db.Close(); _ = os.RemoveAll(dir) },
+		batches: log,
 	}
 }
 
@@ -345,9 +356,14 @@ func BenchmarkAdd(b *testing.B) {
 	for _, n := range benchSizes() {
 		for _, w := range writeImpls {
 			b.Run(fmt.Sprintf("impl=%s/objects=%d", w.name, n), func(b *testing.B) {
+				if w.floor {
+					benchFloorWrite(b, "add", w.noSync, n)
+					return
+				}
 				pods := benchPods(n)
 				b.ReportAllocs()
 				var m cpuMeter
+				var commits int
 				for b.Loop() {
 					b.StopTimer()
 					t := newWriteTarget(b, w, nil)
@@ -365,10 +381,12 @@ func BenchmarkAdd(b *testing.B) {
 					m.stop()
 					b.StopTimer()
 					t.close()
+					commits += t.batches.keep("add", w, n)
 					b.StartTimer()
 				}
 				reportPerObject(b, n)
 				m.report(b, n)
+				reportCommits(b, commits)
 			})
 		}
 	}
@@ -380,6 +398,10 @@ func BenchmarkUpdate(b *testing.B) {
 	for _, n := range benchSizes() {
 		for _, w := range writeImpls {
 			b.Run(fmt.Sprintf("impl=%s/objects=%d", w.name, n), func(b *testing.B) {
+				if w.floor {
+					benchFloorWrite(b, "update", w.noSync, n)
+					return
+				}
 				pods := benchPods(n)
 				t := newWriteTarget(b, w, pods)
 				defer t.close()
@@ -400,6 +422,7 @@ func BenchmarkUpdate(b *testing.B) {
 				m.stop()
 				reportPerObject(b, n)
 				m.report(b, n)
+				reportCommits(b, t.batches.keep("update", w, n))
 			})
 		}
 	}
