@@ -39,8 +39,8 @@ type powerLossTier struct {
 	cfg  powerLossConfig
 	// prefixEvery checks one in this many Prefix states (1: all).
 	prefixEvery int
-	// reorders and torn are the samples per sync epoch.
-	reorders, torn int
+	// reorders, torn and garbage are the samples per sync epoch.
+	reorders, torn, garbage int
 	// control is the number of states of the negative control.
 	control int
 	// sample is VerifyOptions.Sample (0: every payload decoded).
@@ -50,11 +50,11 @@ type powerLossTier struct {
 var (
 	powerLossSmall = powerLossTier{
 		name: "default", cfg: powerLossConfig{List: 300, Live1: 600, Live2: 600, Sync: true},
-		prefixEvery: 6, reorders: 2, torn: 2, control: 40, sample: 40,
+		prefixEvery: 6, reorders: 2, torn: 2, garbage: 1, control: 40, sample: 40,
 	}
 	powerLossFull = powerLossTier{
 		name: "full", cfg: powerLossConfig{List: 400, Live1: 2000, Live2: 2000, Sync: true},
-		prefixEvery: 1, reorders: 8, torn: 8, control: 300, sample: 0,
+		prefixEvery: 1, reorders: 8, torn: 8, garbage: 8, control: 300, sample: 0,
 	}
 )
 
@@ -448,7 +448,7 @@ func TestPowerLoss(t *testing.T) {
 		counts[op.Kind]++
 	}
 	h := powerLossHistory(seed)
-	model := powerloss.Model{Seed: seed, Reorders: tier.reorders, Torn: tier.torn}
+	model := powerloss.Model{Seed: seed, Reorders: tier.reorders, Torn: tier.torn, Garbage: tier.garbage}
 	states := thin(powerloss.Enumerate(tr, model), tier.prefixEvery)
 	scratch := t.TempDir()
 	rep := summarize(checkStates(t, tr, states, a, h, tier.sample, scratch))

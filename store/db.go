@@ -187,6 +187,9 @@ func Open(path string, opts *Options) (db *DB, err error) {
 			return nil, err
 		}
 	}
+	if !opts.ReadOnly && !newFile && invalidMeta(path) {
+		healMeta(bdb) // metaheal.go
+	}
 	if db.version < FormatVersion {
 		// An older file: a read-write open migrates it, a read-only one
 		// cannot.

@@ -3,6 +3,7 @@ package powerloss
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 )
 
@@ -137,9 +138,10 @@ func (b *Builder) Build(s State, path string) (err error) {
 	return nil
 }
 
-// writePiece writes the whole op, or only the sectors p names. A torn
-// write that did not reach its last sector still made the file as large
-// as the sectors it did reach.
+// writePiece writes the whole op, or only the sectors p names (and garbage
+// in the others, if p says so). A torn write that did not reach its last
+// sector still made the file as large as the sectors it did reach (or, with
+// garbage, as the write).
 func writePiece(f *os.File, op Op, p Piece) error {
 	if p.Sectors == nil {
 		if _, err := f.WriteAt(op.Data, op.Off); err != nil {
@@ -152,6 +154,21 @@ func writePiece(f *os.File, op Op, p Piece) error {
 	}
 	ss := int64(p.SectorSize)
 	end := op.Off + int64(len(op.Data))
+	if p.Garbage {
+		// Garbage first in every sector the write covers; the sectors
+		// that got the new content overwrite theirs below.
+		for sec := op.Off / ss; sec*ss < end; sec++ {
+			lo, hi := max(sec*ss, op.Off), min((sec+1)*ss, end)
+			junk := make([]byte, hi-lo)
+			rng := rand.New(rand.NewPCG(uint64(op.Line), uint64(sec)))
+			for i := range junk {
+				junk[i] = byte(rng.Uint32())
+			}
+			if _, err := f.WriteAt(junk, lo); err != nil {
+				return fmt.Errorf("powerloss: %w", err)
+			}
+		}
+	}
 	for _, sec := range p.Sectors {
 		lo, hi := max(sec*ss, op.Off), min((sec+1)*ss, end)
 		if lo >= hi {

@@ -35,7 +35,7 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("op out of bounds: %v", op)
 			}
 		}
-		states := powerloss.Enumerate(tr, powerloss.Model{Seed: 1, Reorders: 3, Torn: 3})
+		states := powerloss.Enumerate(tr, powerloss.Model{Seed: 1, Reorders: 3, Torn: 3, Garbage: 3})
 		checkModel(t, tr, states)
 		_ = tr.WithoutSyncs()
 	})

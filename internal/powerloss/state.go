@@ -23,13 +23,18 @@ const (
 	// Torn: a write after the last completed sync reached the disk only in
 	// some of its sectors (the writes before it in full, none after it).
 	Torn Kind = "torn"
+	// Garbage: like Torn, but the sectors that did not get the new content
+	// hold garbage instead of the old (stale blocks a file system without
+	// ordered data exposes after a crash, or a device whose sectors are not
+	// atomic).
+	Garbage Kind = "garbage"
 	// Absent: the file was created and its directory never synced since:
 	// its directory entry is lost, with everything in it.
 	Absent Kind = "absent"
 )
 
 // Kinds are the kinds in the order reports list them.
-var Kinds = []Kind{Prefix, Reorder, Torn, Absent}
+var Kinds = []Kind{Prefix, Reorder, Torn, Garbage, Absent}
 
 // State is one state the file can be in after a power loss.
 type State struct {
@@ -57,6 +62,9 @@ type Piece struct {
 	// (file offset / SectorSize) of the write reached the disk.
 	SectorSize int
 	Sectors    []int64
+	// Garbage: the write's other sectors hold garbage (a function of the
+	// op and the sector, so a state is rebuilt the same).
+	Garbage bool
 }
 
 // String describes the state so that it can be rebuilt from the trace.
@@ -76,7 +84,11 @@ func (s State) String() string {
 			}
 			b.WriteString(strconv.Itoa(p.Op))
 			if p.Sectors != nil {
-				fmt.Fprintf(&b, "(sectors of %d: %v)", p.SectorSize, p.Sectors)
+				fmt.Fprintf(&b, "(sectors of %d: %v", p.SectorSize, p.Sectors)
+				if p.Garbage {
+					b.WriteString(", garbage in the others")
+				}
+				b.WriteByte(')')
 			}
 		}
 	}
@@ -94,6 +106,9 @@ type Model struct {
 	// Torn is the number of Torn states sampled per sync epoch. Zero
 	// means none.
 	Torn int
+	// Garbage is the number of Garbage states sampled per sync epoch.
+	// Zero means none.
+	Garbage int
 	// Window bounds the writes a Reorder state draws from: the last Window
 	// writes before its crash point. Default 64.
 	Window int
@@ -215,7 +230,12 @@ func Enumerate(t *Trace, m Model) []State {
 			}
 		}
 		for range m.Torn {
-			if s, ok := sampleTorn(rng, ops, w, i, m.SectorSizes); ok && exists(s.From) {
+			if s, ok := sampleTorn(rng, ops, w, i, m.SectorSizes, false); ok && exists(s.From) {
+				add(s)
+			}
+		}
+		for range m.Garbage {
+			if s, ok := sampleTorn(rng, ops, w, i, m.SectorSizes, true); ok && exists(s.From) {
 				add(s)
 			}
 		}
@@ -262,8 +282,10 @@ func sampleReorder(rng *rand.Rand, w []int, end, window int) (State, bool) {
 }
 
 // sampleTorn draws a write of the epoch that covers at least two sectors of
-// a sector size, and a proper, non-empty subset of those sectors.
-func sampleTorn(rng *rand.Rand, ops []Op, w []int, end int, sizes []int) (State, bool) {
+// a sector size, and a proper, non-empty subset of those sectors. With
+// garbage, any write, and any proper subset (the empty one too): the
+// others get garbage.
+func sampleTorn(rng *rand.Rand, ops []Op, w []int, end int, sizes []int, garbage bool) (State, bool) {
 	type cand struct{ op, size int }
 	var cands []cand
 	for _, i := range w {
@@ -273,7 +295,7 @@ func sampleTorn(rng *rand.Rand, ops []Op, w []int, end int, sizes []int) (State,
 		}
 		for _, size := range sizes {
 			first, last := op.Off/int64(size), (op.Off+int64(len(op.Data))-1)/int64(size)
-			if last > first {
+			if last > first || garbage {
 				cands = append(cands, cand{i, size})
 			}
 		}
@@ -285,8 +307,8 @@ func sampleTorn(rng *rand.Rand, ops []Op, w []int, end int, sizes []int) (State,
 	op := ops[c.op]
 	first, last := op.Off/int64(c.size), (op.Off+int64(len(op.Data))-1)/int64(c.size)
 	count := int(last - first + 1)
-	var sectors []int64
-	for len(sectors) == 0 || len(sectors) == count {
+	sectors := []int64{}
+	for (len(sectors) == 0 && !garbage) || len(sectors) == count {
 		sectors = sectors[:0]
 		for j := range count {
 			if rng.IntN(2) == 0 {
@@ -294,8 +316,12 @@ func sampleTorn(rng *rand.Rand, ops []Op, w []int, end int, sizes []int) (State,
 			}
 		}
 	}
+	kind := Torn
+	if garbage {
+		kind = Garbage
+	}
 	return State{
-		Kind: Torn, From: c.op + 1, To: end, Durable: c.op,
-		Tail: []Piece{{Op: c.op, SectorSize: c.size, Sectors: sectors}},
+		Kind: kind, From: c.op + 1, To: end, Durable: c.op,
+		Tail: []Piece{{Op: c.op, SectorSize: c.size, Sectors: sectors, Garbage: garbage}},
 	}, true
 }

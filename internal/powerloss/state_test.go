@@ -85,14 +85,14 @@ func kinds(states []powerloss.State) map[powerloss.Kind]int {
 
 func TestEnumerate(t *testing.T) {
 	tr := bboltLike(t)
-	states := powerloss.Enumerate(tr, powerloss.Model{Seed: 1, Reorders: 20, Torn: 20})
+	states := powerloss.Enumerate(tr, powerloss.Model{Seed: 1, Reorders: 20, Torn: 20, Garbage: 20})
 	checkModel(t, tr, states)
 	k := kinds(states)
 	// No file, the empty file, then one per write or size change.
 	if k[powerloss.Prefix] != 8 {
 		t.Errorf("%d prefix states, want 8: %v", k[powerloss.Prefix], states)
 	}
-	if k[powerloss.Absent] != 1 || k[powerloss.Reorder] == 0 || k[powerloss.Torn] == 0 {
+	if k[powerloss.Absent] != 1 || k[powerloss.Reorder] == 0 || k[powerloss.Torn] == 0 || k[powerloss.Garbage] == 0 {
 		t.Errorf("states by kind: %v", k)
 	}
 	for _, s := range states {
@@ -112,12 +112,18 @@ func TestEnumerate(t *testing.T) {
 		case powerloss.Torn:
 			p := s.Tail[0]
 			n := len(tr.Ops[p.Op].Data) / p.SectorSize
-			if len(s.Tail) != 1 || len(p.Sectors) == 0 || len(p.Sectors) >= n {
+			if len(s.Tail) != 1 || len(p.Sectors) == 0 || len(p.Sectors) >= n || p.Garbage {
 				t.Errorf("%v: not a proper tear of %d sectors", s, n)
+			}
+		case powerloss.Garbage:
+			p := s.Tail[0]
+			n := max(1, len(tr.Ops[p.Op].Data)/p.SectorSize)
+			if len(s.Tail) != 1 || p.Sectors == nil || len(p.Sectors) >= n || !p.Garbage {
+				t.Errorf("%v: not a tear with garbage of %d sectors", s, n)
 			}
 		}
 	}
-	if again := powerloss.Enumerate(tr, powerloss.Model{Seed: 1, Reorders: 20, Torn: 20}); !reflect.DeepEqual(again, states) {
+	if again := powerloss.Enumerate(tr, powerloss.Model{Seed: 1, Reorders: 20, Torn: 20, Garbage: 20}); !reflect.DeepEqual(again, states) {
 		t.Error("the same seed gave other states")
 	}
 	// The prefix ending before the second meta page is found until that
@@ -206,6 +212,28 @@ func TestBuild(t *testing.T) {
 	want = cat(page('M'), torn, page('A'), page('A'), zero, page('C'))
 	if got := read(); !bytes.Equal(got, want) {
 		t.Fatalf("torn state differs: %d bytes, want %d", len(got), len(want))
+	}
+	// Garbage in N's sectors but the first.
+	s = powerloss.State{Durable: 10, Tail: []powerloss.Piece{{Op: 10, SectorSize: 512, Sectors: []int64{8}, Garbage: true}}}
+	if err := b.Build(s, path); err != nil {
+		t.Fatal(err)
+	}
+	got := read()
+	meta2 := got[4096:8192]
+	if !bytes.Equal(meta2[:512], bytes.Repeat([]byte{'N'}, 512)) {
+		t.Fatal("the sector that reached the disk does not hold the write")
+	}
+	for sec := 1; sec < 8; sec++ {
+		part := meta2[sec*512 : (sec+1)*512]
+		if bytes.Equal(part, make([]byte, 512)) || bytes.Equal(part, bytes.Repeat([]byte{'N'}, 512)) {
+			t.Fatalf("sector %d holds the old or the new content, not garbage", sec)
+		}
+	}
+	if err := b.Build(s, path); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(read(), got) {
+		t.Fatal("the same garbage state built twice differs")
 	}
 	// No file.
 	if err := b.Build(powerloss.State{Absent: true}, path); err != nil {
