@@ -50,7 +50,7 @@ type powerLossTier struct {
 var (
 	powerLossSmall = powerLossTier{
 		name: "default", cfg: powerLossConfig{List: 300, Live1: 600, Live2: 600, Sync: true},
-		prefixEvery: 6, reorders: 2, torn: 2, garbage: 1, control: 40, sample: 40,
+		prefixEvery: 6, reorders: 2, torn: 2, garbage: 1, control: 80, sample: 40,
 	}
 	powerLossFull = powerLossTier{
 		name: "full", cfg: powerLossConfig{List: 400, Live1: 2000, Live2: 2000, Sync: true},
