@@ -27,6 +27,12 @@ var (
 	// sealed payloads and no keyring. A configuration error, not damage:
 	// Open leaves the file untouched.
 	ErrEncryptionKey = errors.New("indexer: the keyring does not open the cache file's sealed payloads")
+	// ErrNotPersisted means the indexer holds objects it cannot write to
+	// the file (a transform returned a type its codec cannot encode, or
+	// an encoding failed): they are served from memory, and the indexer
+	// commits nothing more until they are deleted or replaced, so that its
+	// saved resourceVersion never passes an object it did not write.
+	ErrNotPersisted = errors.New("indexer: objects cannot be persisted")
 )
 
 // clientGoError is an error whose text is client-go's indexer's, word for

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
@@ -93,6 +94,11 @@ type Options struct {
 	// whose Transaction skips the transform, every object stored here has
 	// passed it. A warm load does not run it (the stored objects did).
 	Transform cache.TransformFunc
+	// Scheme resolves the kinds of objects of other types than Example's
+	// (what a transform returns, e.g. *metav1.PartialObjectMetadata), which
+	// are stored with their kind. Default: client-go's scheme (the
+	// meta.k8s.io/v1 types are always known).
+	Scheme *kruntime.Scheme
 	// VerifyRecords makes a Full warm load read and verify every record
 	// even when the file has an envelope snapshot of the informer (see
 	// load), and makes a damaged record (one that fails its checksum or
@@ -182,6 +188,16 @@ type Indexer struct {
 	resealed    int         // records the load rewrote for the keyring
 	commitErr   error
 	closed      bool
+	// unpersisted are the keys whose object in memory cannot be written
+	// (its type cannot be encoded, or its encoding failed), with why.
+	// While there is any, Pending hands over nothing: the file stays at
+	// the last resourceVersion whose objects it holds.
+	unpersisted map[string]error
+
+	// types are the record types (store.Record.Type) other than the
+	// example's that the informer's records may carry: the state record's
+	// Types. Copy-on-write (decodes read it without mu); written under mu.
+	types atomic.Pointer[map[string]bool]
 
 	// indexErrs are the keys whose object is stored without the values
 	// of some index, because an index function failed on it, with the
@@ -246,7 +262,9 @@ func Open(db *store.DB, name string, indexers cache.Indexers, opts *Options) (*I
 
 		undecodable: map[string]error{},
 		indexErrs:   map[string]error{},
+		unpersisted: map[string]error{},
 	}
+	x.types.Store(&map[string]bool{})
 	if x.keyFunc == nil {
 		x.keyFunc = cache.DeletionHandlingMetaNamespaceKeyFunc
 	}
@@ -297,9 +315,18 @@ func Open(db *store.DB, name string, indexers cache.Indexers, opts *Options) (*I
 func (x *Indexer) Name() string { return x.name }
 
 // Flush commits everything applied so far (with every other source of the
-// same committer) and returns the commit's error.
+// same committer) and returns the commit's error, or an error wrapping
+// ErrNotPersisted while the indexer holds objects it cannot write (then it
+// commits nothing).
 func (x *Indexer) Flush(ctx context.Context) error {
-	return x.committer.Flush(ctx)
+	err := x.committer.Flush(ctx)
+	x.mu.RLock()
+	nerr := x.unpersistedErrLocked()
+	x.mu.RUnlock()
+	if nerr != nil {
+		return nerr
+	}
+	return err
 }
 
 // Close flushes and stops the indexer's own committer. The indexer must not
@@ -312,7 +339,7 @@ func (x *Indexer) Close() error {
 	}
 	x.mu.Unlock()
 	x.stopFill()
-	err := x.committer.Flush(context.Background())
+	err := x.Flush(context.Background())
 	x.committer.Remove(x)
 	if x.stop != nil {
 		x.stop()
@@ -349,6 +376,7 @@ func objectRV(obj any) (rv, uid string, ok bool) {
 func (x *Indexer) putLocked(key string, obj any) error {
 	vals, ierr := x.idx.compute(key, obj)
 	x.noteIndexErrLocked(key, ierr)
+	x.checkStorableLocked(key, obj)
 	it := x.items[key]
 	if it == nil {
 		it = &item{}
@@ -405,6 +433,7 @@ func (x *Indexer) deleteLocked(key string) {
 	if it == nil {
 		return
 	}
+	delete(x.unpersisted, key)
 	x.idx.update(key, it.vals, nil)
 	x.forgetLazyLocked(key)
 	delete(x.indexErrs, key)

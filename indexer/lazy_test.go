@@ -338,13 +338,18 @@ func TestSnapshotLoadFindsDamage(t *testing.T) {
 				return err
 			}
 			var p corev1.Pod
-			if err := p.Unmarshal(r.Payload); err != nil {
+			_, _, pb, err := store.SplitKubeProtobuf(r.Payload)
+			if err != nil {
+				return err
+			}
+			if err := p.Unmarshal(pb); err != nil {
 				return err
 			}
 			p.ResourceVersion = "150"
-			if r.Payload, err = p.Marshal(); err != nil {
+			if pb, err = p.Marshal(); err != nil {
 				return err
 			}
+			r.Payload = store.WrapKubeProtobuf("v1", "Pod", pb)
 			r.ResourceVersion = "150"
 			raw, err := store.EncodeRecord(key, r)
 			if err != nil {

@@ -20,7 +20,7 @@ func newCodec(opts *Options) (*codec.Codec, error) {
 	if !ok {
 		return nil, fmt.Errorf("indexer: example %T is not a runtime.Object", opts.Example)
 	}
-	c, err := codec.New(ex, &codec.Options{Keyring: opts.Keyring, ForceJSON: opts.ForceJSON})
+	c, err := codec.New(ex, &codec.Options{Scheme: opts.Scheme, Keyring: opts.Keyring, ForceJSON: opts.ForceJSON})
 	if err != nil {
 		return nil, fmt.Errorf("indexer: %w", err)
 	}
@@ -166,6 +166,7 @@ func (x *Indexer) load(useSnapshot bool) error {
 	if st == nil {
 		return nil
 	}
+	x.loadTypes(st.Types)
 	var probes probeSet
 	var stale []string
 	lazy := 0
@@ -526,7 +527,11 @@ func (x *Indexer) readLocked(tx *store.Tx, key string) (runtime.Object, error) {
 	if r == nil {
 		return nil, fmt.Errorf("indexer %q: %w: key %q is in memory but not in the file", x.name, store.ErrCorrupt, key)
 	}
-	obj, err := x.codec.Decode(key, r)
+	err = x.checkType(key, r)
+	var obj runtime.Object
+	if err == nil {
+		obj, err = x.codec.Decode(key, r)
+	}
 	if err == nil {
 		err = x.checkEnvelope(key, r, obj)
 	}

@@ -29,6 +29,7 @@ func (x *Indexer) stateLocked() store.State {
 	s.ResourceVersion = x.rv
 	s.Synced = x.synced
 	s.Indexes = append([]string(nil), x.idx.names...)
+	s.Types = x.typesLocked()
 	if gvk := x.codec.GVK(); !gvk.Empty() {
 		s.Kind = gvk.String()
 	}
@@ -45,8 +46,10 @@ func (x *Indexer) stateLocked() store.State {
 // Encoding happens outside the lock, so readers and writers go on.
 func (x *Indexer) Pending() (*store.Batch, error) {
 	x.mu.Lock()
-	if x.closed || (x.reset && !x.synced) {
-		// A cold start keeps the old data until a complete list replaces it.
+	if x.closed || (x.reset && !x.synced) || len(x.unpersisted) > 0 {
+		// A cold start keeps the old data until a complete list replaces
+		// it; an object that cannot be written holds the file back at the
+		// last state it holds exactly (persist.go).
 		x.mu.Unlock()
 		return nil, nil
 	}
@@ -117,17 +120,12 @@ func (e *encoding) release() {
 // writes sorted keys fastest). A batch of more than one chunk is encoded
 // by up to GOMAXPROCS workers while the store applies it
 // (store.Batch.Encoding): the ops' keys are final when encodeOps returns,
-// their records once Ready. An op that cannot be stored is logged and left
-// out (or, once handed over, skipped).
+// their records once Ready. An op that cannot be encoded gets its error
+// (Op.Err): the store then fails the batch, and Committed holds the
+// informer back (persist.go). Nothing is ever left out of a batch.
 func (x *Indexer) encodeOps(ops map[string]*pendingOp) ([]store.Op, *encoding) {
 	todo := make([]keyedOp, 0, len(ops))
 	for k, op := range ops {
-		if err := storable(k, op); err != nil {
-			// One bad key or value must not fail every commit: it stays
-			// in memory only, and a restart will not have it.
-			x.logger.Error(err, "Object not persisted", "key", k)
-			continue
-		}
 		todo = append(todo, keyedOp{k, op})
 	}
 	slices.SortFunc(todo, func(a, b keyedOp) int { return strings.Compare(a.key, b.key) })
@@ -158,24 +156,13 @@ func (x *Indexer) encodeOps(ops map[string]*pendingOp) ([]store.Op, *encoding) {
 	encodeRange := func(enc *codec.Encoder, lo, hi int) {
 		for i := lo; i < hi; i++ {
 			if err := encodeOp(enc, todo[i].key, todo[i].op, &out[i], &recs[i]); err != nil {
-				// Not storable (a foreign type in the store): it stays in
-				// memory only, and a restart will not have it.
-				x.logger.Error(err, "Object not persisted", "key", todo[i].key)
-				out[i].Skip = true
+				out[i].Err = err
 			}
 		}
 	}
 	if nchunks <= 1 {
 		encodeRange(x.codec.NewEncoder(e.bufs[0]), 0, len(todo))
-		n := 0
-		for i := range out {
-			if !out[i].Skip {
-				out[n] = out[i]
-				n++
-			}
-		}
-		clear(out[n:])
-		return out[:n], e
+		return out, e
 	}
 	e.chunks = make([]chan struct{}, nchunks)
 	for i := range e.chunks {
@@ -264,21 +251,6 @@ func strictlySorted(s []string) bool {
 	return true
 }
 
-// storable checks what the store would refuse for op.
-func storable(key string, op *pendingOp) error {
-	if err := store.ValidateKey(key); err != nil {
-		return err
-	}
-	for _, vals := range op.vals {
-		for _, v := range vals {
-			if err := store.ValidateIndexEntry(v, key); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
 func valueMap(names []string, vals [][]string) map[string][]string {
 	if len(vals) == 0 {
 		return nil
@@ -326,7 +298,16 @@ func (x *Indexer) Committed(b *store.Batch, err error) {
 		x.inflight = nil
 		return
 	}
-	// Keep everything for the next attempt; newer mutations win.
+	// Keep everything for the next attempt; newer mutations win. An op
+	// that could not be encoded (the batch's *store.BatchError) holds the
+	// informer back while it is the key's pending mutation.
+	for i := range b.Ops {
+		if o := &b.Ops[i]; o.Err != nil {
+			if _, newer := x.pending[o.Key]; !newer {
+				x.markUnpersistedLocked(o.Key, o.Err)
+			}
+		}
+	}
 	for k, op := range tok.ops {
 		cur, newer := x.pending[k]
 		switch {

@@ -66,7 +66,7 @@ func (rb *RecordBuffer) Append(key string, r *Record) ([]byte, error) {
 	if uint64(len(r.Payload)) > math.MaxUint32 {
 		return nil, fmt.Errorf("store: encode record %q: payload of %d bytes", key, len(r.Payload))
 	}
-	head, err := appendHead(rb.scratch[:0], r)
+	head, err := appendHead(rb.scratch[:0], key, r)
 	if err != nil {
 		return nil, fmt.Errorf("store: encode record %q: %w", key, err)
 	}
@@ -104,7 +104,7 @@ func (rb *RecordBuffer) place(key string, r *Record, head []byte, payload, end i
 // buffer) and r.Checksum to the checksum. The bytes are those of
 // AppendRecord with that payload.
 func (rb *RecordBuffer) AppendTail(key string, r *Record, w TailWriter) ([]byte, error) {
-	head, err := appendHead(rb.scratch[:0], r)
+	head, err := appendHead(rb.scratch[:0], key, r)
 	if err != nil {
 		return nil, fmt.Errorf("store: encode record %q: %w", key, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -79,28 +80,37 @@ func checkInformer(tx *Tx, inf string, add func(string, string, ...any), full fu
 	if err != nil {
 		add(inf, "%v", err)
 	}
-	// want[index][value\x00key] from the records.
+	// want[index][entry key] from the records.
 	want := map[string]map[string]bool{}
-	bad := map[string]bool{} // keys whose record does not decode
+	bad := map[string]bool{} // bucket keys whose record does not decode
 	// The envelope snapshot the records make, to compare with the file's.
 	records := newSnapshotBuilder()
 	var n int64
 	// Walk with cursors rather than ForEachRaw and ForEachIndexEntry, so
 	// that one bad entry is reported and the walk goes on.
-	if objs := tx.informer(inf).Bucket(bucketObjects); objs != nil {
+	objs := tx.informer(inf).Bucket(bucketObjects)
+	if objs != nil {
 		c := objs.Cursor()
 		for k, raw := c.First(); k != nil && !full(); k, raw = c.Next() {
-			key := string(k)
 			if raw == nil {
-				add(inf, "nested bucket %q in objects", key)
+				add(inf, "nested bucket %q in objects", k)
 				continue
 			}
 			n++
+			key, err := recordKey(k, raw)
+			if err != nil {
+				add(inf, "object under %q: %v", k, err)
+				bad[string(k)] = true
+				continue
+			}
 			r, err := ViewRecord(key, raw)
 			if err != nil {
 				add(inf, "object %q: %v", key, err)
-				bad[key] = true
+				bad[string(k)] = true
 				continue
+			}
+			if r.Type != "" && (st == nil || !slices.Contains(st.Types, r.Type)) {
+				add(inf, "object %q is of type %q, which the informer's state does not name", key, r.Type)
 			}
 			for _, iv := range r.Indexed {
 				m := want[iv.Index]
@@ -130,7 +140,7 @@ func checkInformer(tx *Tx, inf string, add func(string, string, ...any), full fu
 		m := want[name]
 		c := tx.index(inf, name).Cursor()
 		for k, v := c.First(); k != nil && !full(); k, v = c.Next() {
-			value, key, ok := splitIndexEntryKey(k)
+			value, bkey, ok := splitIndexEntryKey(k)
 			switch {
 			case v == nil && tx.index(inf, name).Bucket(k) != nil:
 				add(inf, "index %q: nested bucket %q", name, k)
@@ -141,10 +151,11 @@ func checkInformer(tx *Tx, inf string, add func(string, string, ...any), full fu
 			case m[string(k)]:
 				delete(m, string(k))
 				continue
-			case bad[key]:
+			case bad[string(bkey)]:
 				continue // reported above; its values are unknown
 			}
-			if tx.GetRaw(inf, key) == nil {
+			key := tx.objectKey(inf, bkey)
+			if objs == nil || objs.Get(bkey) == nil {
 				add(inf, "index %q value %q points to missing object %q", name, value, key)
 			} else {
 				add(inf, "index %q value %q points to object %q, which does not have that value", name, value, key)
@@ -152,23 +163,34 @@ func checkInformer(tx *Tx, inf string, add func(string, string, ...any), full fu
 		}
 		delete(want, name)
 		for k := range m {
-			v, key, _ := splitIndexEntryKey([]byte(k))
-			add(inf, "object %q has value %q in index %q but no index entry", key, v, name)
+			add(inf, "object %q has value %q in index %q but no index entry", entryObject(tx, inf, k), entryValueOf(k), name)
 		}
 	}
 	if len(bad) == 0 {
 		checkSnapshot(tx, inf, records.snapshot(), add)
 	}
 	for name, m := range want {
-		if st == nil || !contains(st.Indexes, name) {
+		if st == nil || !slices.Contains(st.Indexes, name) {
 			continue // stale values of a dropped index, removed on the next write
 		}
 		for k := range m {
-			v, key, _ := splitIndexEntryKey([]byte(k))
-			add(inf, "object %q has value %q in index %q, which has no bucket", key, v, name)
+			add(inf, "object %q has value %q in index %q, which has no bucket", entryObject(tx, inf, k), entryValueOf(k), name)
 			break
 		}
 	}
+}
+
+// entryObject is the object key of an index entry key, for messages.
+func entryObject(tx *Tx, inf, entry string) string {
+	_, bkey, _ := splitIndexEntryKey([]byte(entry))
+	return tx.objectKey(inf, bkey)
+}
+
+// entryValueOf is the entry value of an index entry key (a hash for a long
+// value), for messages.
+func entryValueOf(entry string) string {
+	v, _, _ := splitIndexEntryKey([]byte(entry))
+	return string(v)
 }
 
 // checkView runs fn in the transaction Check needs. bbolt's Tx.Check reads

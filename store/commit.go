@@ -22,10 +22,30 @@ type Op struct {
 	// Record.Indexed), keeping its payload: an index backfill. It is a no-op
 	// for an absent key.
 	IndexOnly bool
-	// Skip leaves the op out: its source could not encode it (see
-	// Batch.Encoding).
-	Skip bool
+	// Err, set by a source that could not encode the op (see
+	// Batch.Encoding), fails the op's batch: Commit returns a *BatchError
+	// and writes nothing. A source must never leave an object out of a
+	// batch whose state record it writes.
+	Err error
 }
+
+// BatchError is the error of a Commit whose batch of Informer could not be
+// written because its source could not encode the op of Key (Op.Err). No
+// batch of that Commit was written; the Committer writes the others again
+// without it.
+type BatchError struct {
+	Informer string
+	Key      string
+	Err      error
+}
+
+// Error implements error.
+func (e *BatchError) Error() string {
+	return fmt.Sprintf("informer %q: key %q cannot be encoded: %v", e.Informer, e.Key, e.Err)
+}
+
+// Unwrap returns the op's error.
+func (e *BatchError) Unwrap() error { return e.Err }
 
 // Batch is the mutations of one informer that go into one transaction,
 // together with the state record they bring the informer to.
@@ -48,7 +68,7 @@ type Batch struct {
 	// Encoding, when set, is the progress of a source that encodes the ops
 	// while Commit applies them, so that encoding and bbolt's work overlap.
 	// Each op's Key and IndexOnly are final when the batch is handed over;
-	// its Record, Raw and Skip only once Encoding.Ready for it has
+	// its Record, Raw and Err only once Encoding.Ready for it has
 	// returned. Commit and the Committer wait for it; a source must not
 	// reuse the records' memory before the commit has returned.
 	Encoding Encoding
@@ -71,14 +91,12 @@ func (db *DB) Commit(batches ...*Batch) error {
 		if err := validName(b.Informer); err != nil {
 			return err
 		}
+		if b.Encoding != nil {
+			continue
+		}
 		for i := range b.Ops {
-			if err := validKey(b.Ops[i].Key); err != nil {
-				return fmt.Errorf("informer %q: %w", b.Informer, err)
-			}
-			if b.Encoding == nil {
-				if err := encodeOp(&b.Ops[i]); err != nil {
-					return err
-				}
+			if err := encodeOp(b.Informer, &b.Ops[i]); err != nil {
+				return fmt.Errorf("store: commit to %s: %w", db.path, err)
 			}
 		}
 	}
@@ -97,9 +115,13 @@ func (db *DB) Commit(batches ...*Batch) error {
 	return nil
 }
 
-// encodeOp sets op.Raw from op.Record where the source left it to Commit.
-func encodeOp(op *Op) error {
-	if op.Record == nil || op.Raw != nil || op.IndexOnly || op.Skip {
+// encodeOp sets op.Raw from op.Record where the source left it to Commit;
+// an op its source could not encode is the batch's *BatchError.
+func encodeOp(informer string, op *Op) error {
+	if op.Err != nil {
+		return &BatchError{Informer: informer, Key: op.Key, Err: op.Err}
+	}
+	if op.Record == nil || op.Raw != nil || op.IndexOnly {
 		return nil
 	}
 	raw, err := EncodeRecord(op.Key, op.Record)
@@ -206,12 +228,9 @@ func applyBatch(tx *bolt.Tx, b *Batch, now time.Time) error {
 		op := &b.Ops[i]
 		if b.Encoding != nil {
 			b.Encoding.Ready(i)
-			if err := encodeOp(op); err != nil {
+			if err := encodeOp(b.Informer, op); err != nil {
 				return err
 			}
-		}
-		if op.Skip {
-			continue
 		}
 		d, err := ib.apply(op)
 		if err != nil {
@@ -286,10 +305,17 @@ func countObjects(ib *informerBuckets, old *State, reset bool, delta int64) int6
 func (ib *informerBuckets) apply(op *Op) (int64, error) {
 	// bbolt copies the keys it keeps (Put clones its key), so the op's
 	// key is lent without a copy.
-	key := keyBytes(op.Key)
+	key := bucketKey(op.Key)
 	var old *Record
 	var delta int64
 	raw := ib.get(key)
+	if raw != nil && isEscaped(key) {
+		// Two keys whose SHA-256 agree would share a record: refuse
+		// rather than replace one object with the other.
+		if h, err := scanLayout(raw, nil); err == nil && string(h.Key) != op.Key {
+			return 0, fmt.Errorf("escaped key %q is taken by key %q", key, h.Key)
+		}
+	}
 	if raw != nil && op.Record != nil && !op.IndexOnly && op.Raw != nil && sameIndexed(op.Key, raw, op.Raw) {
 		// The common update: same index values. The old record checks,
 		// so its index entries are the new ones already.
@@ -390,9 +416,6 @@ func (ib *informerBuckets) updateIndexEntries(key string, old, nw *Record) error
 			if contains(had, v) {
 				continue
 			}
-			if err := ValidateIndexEntry(v, key); err != nil {
-				return fmt.Errorf("index %q: %w", name, err)
-			}
 			if err := b.Put(indexEntryKey(v, key), nil); err != nil {
 				return err
 			}
@@ -434,9 +457,10 @@ func (ib *informerBuckets) scrubIndexEntries(key string) error {
 	for _, name := range names {
 		b := ib.indexes.Bucket(name)
 		var dead [][]byte
+		bkey := bucketKey(key)
 		c := b.Cursor()
 		for k, _ := c.First(); k != nil; k, _ = c.Next() {
-			if _, ek, ok := splitIndexEntryKey(k); ok && ek == key {
+			if _, ek, ok := splitIndexEntryKey(k); ok && bytes.Equal(ek, bkey) {
 				dead = append(dead, append([]byte(nil), k...))
 			}
 		}

@@ -179,9 +179,11 @@ func TestCommitRoundTrip(t *testing.T) {
 func TestCommitSeveralInformersAtomically(t *testing.T) {
 	db := openT(t, tempPath(t), nil)
 	bad := podBatch(t, "b", 0, 1, "1")
-	bad.Ops = append(bad.Ops, store.Op{Key: "ns/with\x00nul", Record: bad.Ops[0].Record})
-	if err := db.Commit(podBatch(t, "a", 0, 2, "1"), bad); !errors.Is(err, store.ErrInvalidKey) {
-		t.Fatalf("Commit with a NUL key: %v", err)
+	bad.Ops = append(bad.Ops, store.Op{Key: "ns/unencodable", Err: errors.New("no encoding")})
+	err := db.Commit(podBatch(t, "a", 0, 2, "1"), bad)
+	var be *store.BatchError
+	if !errors.As(err, &be) || be.Informer != "b" || be.Key != "ns/unencodable" {
+		t.Fatalf("Commit with an op its source could not encode: %v", err)
 	}
 	if got := keys(t, db, "a"); len(got) != 0 {
 		t.Fatalf("a batch was written although its transaction failed: %v", got)
@@ -195,19 +197,102 @@ func TestCommitSeveralInformersAtomically(t *testing.T) {
 	mustCheck(t, db)
 }
 
-func TestInvalidKeysAndNames(t *testing.T) {
+// TestAnyKeyIsStored: every object key and index value is stored (format
+// version 4): those bbolt cannot hold as they are under a hash, with the
+// real key in the record. Reads, index lookups, Check, the envelope
+// snapshot and RepairIndexes see the real keys and values.
+func TestAnyKeyIsStored(t *testing.T) {
 	db := openT(t, tempPath(t), nil)
 	_, r := podRecord(t, 1, "1")
-	for _, key := range []string{"", "a\x00b", "\x00", strings.Repeat("k", 16<<10+1)} {
-		err := db.Commit(&store.Batch{Informer: "pods", Ops: []store.Op{{Key: key, Record: r}}})
-		if !errors.Is(err, store.ErrInvalidKey) {
-			t.Errorf("key %.20q: %v", key, err)
+	long := strings.Repeat("k", 16<<10+1)
+	longValue := strings.Repeat("v", 16<<10)
+	all := []string{"", "a\x00b", "\x00", long, "\xffraw", "\xff", "ns/plain", strings.Repeat("m", 16<<10)}
+	var ops []store.Op
+	for i, key := range all {
+		rec := *r
+		rec.UID = fmt.Sprint("uid-", i)
+		vals := []string{fmt.Sprint("v", i%2)}
+		if i%3 == 0 {
+			vals = append(vals, longValue+fmt.Sprint(i), "\xffv")
 		}
+		rec.Indexed = nil // not r's
+		rec.SetIndexed(map[string][]string{"x": vals})
+		ops = append(ops, store.Op{Key: key, Record: &rec})
 	}
-	// Deletes are validated too.
-	if err := db.Commit(&store.Batch{Informer: "pods", Ops: []store.Op{{Key: "a\x00"}}}); !errors.Is(err, store.ErrInvalidKey) {
-		t.Errorf("delete with NUL: %v", err)
+	b := &store.Batch{Informer: "pods", Ops: ops, State: &store.State{ResourceVersion: "1", Indexes: []string{"x"}}}
+	if err := db.Commit(b); err != nil {
+		t.Fatal(err)
 	}
+	mustCheck(t, db)
+	got := keys(t, db, "pods")
+	want := append([]string(nil), all...)
+	sort.Strings(want)
+	sort.Strings(got)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("keys %.40q, want %.40q", got, want)
+	}
+	err := db.View(func(tx *store.Tx) error {
+		for i, key := range all {
+			rec, err := tx.Get("pods", key)
+			if err != nil || rec == nil || rec.UID != fmt.Sprint("uid-", i) {
+				t.Errorf("Get(%.20q) = %+v, %v", key, rec, err)
+			}
+		}
+		if got := tx.IndexKeys("pods", "x", longValue+"0"); !reflect.DeepEqual(got, []string{""}) {
+			t.Errorf("IndexKeys(long value) = %.20q", got)
+		}
+		if got := tx.IndexKeys("pods", "x", "\xffv"); len(got) != 3 {
+			t.Errorf("IndexKeys(\\xffv) = %.20q", got)
+		}
+		vals, err := tx.IndexValues("pods", "x")
+		if err != nil || vals["v0"] != 4 || vals["v1"] != 4 || vals["\xffv"] != 3 || vals[longValue+"3"] != 1 {
+			t.Errorf("IndexValues: %d values, %v", len(vals), err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Updates and deletes find the escaped records and their entries.
+	up := *r
+	up.UID, up.Indexed = "uid-0", nil
+	up.SetIndexed(map[string][]string{"x": {"moved"}})
+	if err := db.Commit(&store.Batch{Informer: "pods", Ops: []store.Op{{Key: ""}, {Key: long, Record: &up}}, State: &store.State{ResourceVersion: "2", Indexes: []string{"x"}}}); err != nil {
+		t.Fatal(err)
+	}
+	mustCheck(t, db)
+	if got := indexKeys(t, db, "pods", "x", "moved"); !reflect.DeepEqual(got, []string{long}) {
+		t.Errorf("moved: %.20q", got)
+	}
+	if got := indexKeys(t, db, "pods", "x", longValue+"0"); len(got) != 0 {
+		t.Errorf("the deleted key's long value still has entries: %.20q", got)
+	}
+	if err := db.WriteSnapshot("pods"); err != nil {
+		t.Fatal(err)
+	}
+	mustCheck(t, db)
+	err = db.View(func(tx *store.Tx) error {
+		sn, err := tx.Snapshot("pods")
+		if err != nil {
+			return err
+		}
+		if len(sn.Keys) != len(all)-1 {
+			t.Errorf("snapshot of %d keys", len(sn.Keys))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.RepairIndexes("pods"); err != nil {
+		t.Fatal(err)
+	}
+	mustCheck(t, db)
+}
+
+func TestInvalidNames(t *testing.T) {
+	db := openT(t, tempPath(t), nil)
+	_, r := podRecord(t, 1, "1")
 	for _, name := range []string{"", "a\x00b", strings.Repeat("n", 1025)} {
 		if err := db.Commit(&store.Batch{Informer: name}); !errors.Is(err, store.ErrInvalidName) {
 			t.Errorf("informer %.20q: %v", name, err)
@@ -217,11 +302,6 @@ func TestInvalidKeysAndNames(t *testing.T) {
 		if err := db.Commit(&store.Batch{Informer: "pods", Ops: []store.Op{{Key: "k", Record: &bad}}}); !errors.Is(err, store.ErrInvalidName) {
 			t.Errorf("index %.20q: %v", name, err)
 		}
-	}
-	long := *r
-	long.Indexed = []store.IndexValues{{Index: "x", Values: []string{strings.Repeat("v", 16<<10+1)}}}
-	if err := db.Commit(&store.Batch{Informer: "pods", Ops: []store.Op{{Key: "k", Record: &long}}}); !errors.Is(err, store.ErrInvalidKey) {
-		t.Errorf("long index value: %v", err)
 	}
 	if got := keys(t, db, "pods"); len(got) != 0 {
 		t.Fatalf("rejected commits left %v", got)
@@ -542,15 +622,15 @@ func (e *lateEncoding) Ready(i int) { <-e.ready[i] }
 func (e *lateEncoding) Wait()       { <-e.done }
 
 // encodeLate returns b with its records withheld, filled in by a goroutine
-// (every third op skipped) while b is committed.
-func encodeLate(b *store.Batch) (skipped []string) {
+// (every third op failed, when fail) while b is committed.
+func encodeLate(b *store.Batch, fail bool) (failed []string) {
 	recs := make([]*store.Record, len(b.Ops))
 	e := &lateEncoding{ready: make([]chan struct{}, len(b.Ops)), done: make(chan struct{})}
 	for i := range b.Ops {
 		recs[i], b.Ops[i].Record = b.Ops[i].Record, nil
 		e.ready[i] = make(chan struct{})
-		if i%3 == 1 {
-			skipped = append(skipped, b.Ops[i].Key)
+		if fail && i%3 == 1 {
+			failed = append(failed, b.Ops[i].Key)
 		}
 	}
 	b.Encoding = e
@@ -558,40 +638,42 @@ func encodeLate(b *store.Batch) (skipped []string) {
 		defer close(e.done)
 		for i := range b.Ops {
 			time.Sleep(time.Millisecond / 10)
-			if i%3 == 1 {
-				b.Ops[i].Skip = true
+			if fail && i%3 == 1 {
+				b.Ops[i].Err = errors.New("no encoding")
 			} else {
 				b.Ops[i].Record = recs[i]
 			}
 			close(e.ready[i])
 		}
 	}()
-	return skipped
+	return failed
 }
 
 // TestCommitWaitsForEncoding: Commit applies a batch whose records are
-// encoded meanwhile (Batch.Encoding) as they become ready, leaves the
-// skipped ops out, and counts only the written objects.
+// encoded meanwhile (Batch.Encoding) as they become ready; an op its
+// source could not encode fails the batch (nothing is written).
 func TestCommitWaitsForEncoding(t *testing.T) {
 	db := openT(t, tempPath(t), nil)
 	b := podBatch(t, "pods", 0, 30, "7")
-	skipped := encodeLate(b)
+	encodeLate(b, false)
 	if err := db.Commit(b); err != nil {
 		t.Fatal(err)
 	}
-	got := keys(t, db, "pods")
-	if len(got) != 30-len(skipped) {
-		t.Fatalf("%d objects, want %d", len(got), 30-len(skipped))
+	if got := keys(t, db, "pods"); len(got) != 30 {
+		t.Fatalf("%d objects, want 30", len(got))
 	}
-	for _, k := range skipped {
-		for _, g := range got {
-			if g == k {
-				t.Fatalf("skipped op %s written", k)
-			}
-		}
+	b = podBatch(t, "pods", 30, 60, "8")
+	failed := encodeLate(b, true)
+	var be *store.BatchError
+	if err := db.Commit(b); !errors.As(err, &be) || be.Key != failed[0] {
+		t.Fatalf("Commit with failed ops %v: %v", failed, err)
 	}
-	if st := state(t, db, "pods"); st.Objects != int64(len(got)) {
-		t.Fatalf("state counts %d objects, %d stored", st.Objects, len(got))
+	b.Encoding.Wait()
+	if got := keys(t, db, "pods"); len(got) != 30 {
+		t.Fatalf("%d objects after the failed batch, want 30", len(got))
+	}
+	if st := state(t, db, "pods"); st.Objects != 30 || st.ResourceVersion != "7" {
+		t.Fatalf("state after the failed batch: %+v", st)
 	}
 	mustCheck(t, db)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -248,20 +249,38 @@ func (c *Committer) Flush(ctx context.Context) error {
 		took = append(took, taken{s, b})
 		info.Informers = append(info.Informers, b.Informer)
 	}
-	if len(batches) > 0 {
+	// failed counts toward the backoff: a transaction that failed. A
+	// source's batch that it could not encode (a *BatchError) is not the
+	// file's fault: it is handed back to its source, which holds its
+	// mutations back, and the other batches are written without it, in
+	// the same round.
+	failed := false
+	for len(batches) > 0 {
 		start := c.opts.Clock.Now()
 		err := c.db.Commit(batches...)
-		info.Duration = c.opts.Clock.Since(start)
+		info.Duration += c.opts.Clock.Since(start)
+		var be *BatchError
+		if err != nil && errors.As(err, &be) {
+			if i := slices.IndexFunc(took, func(t taken) bool { return t.batch.Informer == be.Informer }); i >= 0 {
+				t := took[i]
+				if t.batch.Encoding != nil {
+					t.batch.Encoding.Wait()
+				}
+				t.src.Committed(t.batch, err)
+				errs = append(errs, err)
+				took = slices.Delete(took, i, i+1)
+				batches = slices.Delete(batches, i, i+1)
+				continue
+			}
+		}
 		info.Err = err
 		for _, b := range batches { // Commit encodes the ops without Raw
 			if b.Encoding != nil {
 				b.Encoding.Wait() // when the commit failed before it applied all
 			}
 			for i := range b.Ops {
-				if !b.Ops[i].Skip {
-					info.Ops++
-					info.Bytes += len(b.Ops[i].Raw)
-				}
+				info.Ops++
+				info.Bytes += len(b.Ops[i].Raw)
 			}
 		}
 		for _, t := range took {
@@ -269,15 +288,17 @@ func (c *Committer) Flush(ctx context.Context) error {
 		}
 		if err != nil {
 			errs = append(errs, err)
+			failed = true
 		}
 		if c.opts.OnCommit != nil {
 			c.opts.OnCommit(info)
 		}
+		break
 	}
 	err := errors.Join(errs...)
 	c.mu.Lock()
 	c.lastErr = err
-	if err != nil {
+	if failed {
 		c.failures++
 	} else {
 		c.failures = 0

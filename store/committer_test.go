@@ -395,7 +395,8 @@ func TestCommitterConcurrentNotify(t *testing.T) {
 type lateSource struct {
 	t         *testing.T
 	name      string
-	skipped   []string
+	fail      bool
+	failed    []string
 	committed chan *store.Batch
 }
 
@@ -404,7 +405,7 @@ func (s *lateSource) Pending() (*store.Batch, error) {
 		return nil, nil
 	}
 	b := podBatch(s.t, s.name, 0, 12, "3")
-	s.skipped = encodeLate(b)
+	s.failed = encodeLate(b, s.fail)
 	return b, nil
 }
 
@@ -433,16 +434,43 @@ func TestCommitterWaitsForEncoding(t *testing.T) {
 				t.Fatalf("Flush: %v", err)
 			}
 			b := <-committed
-			want, bytes := 0, 0
+			bytes := 0
 			for _, op := range b.Ops {
-				if !op.Skip {
-					want++
-					bytes += len(op.Raw)
-				}
+				bytes += len(op.Raw)
 			}
-			if info.Ops != want || info.Bytes != bytes || want != 12-len(s.skipped) {
-				t.Fatalf("reported %d ops, %d bytes; the batch has %d ops, %d bytes written (%d skipped)", info.Ops, info.Bytes, want, bytes, len(s.skipped))
+			if info.Ops != len(b.Ops) || info.Bytes != bytes || len(b.Ops) != 12 {
+				t.Fatalf("reported %d ops, %d bytes; the batch has %d ops, %d bytes", info.Ops, info.Bytes, len(b.Ops), bytes)
 			}
 		})
 	}
+}
+
+// TestCommitterUnencodableBatch: a source's batch with an op it could not
+// encode is handed back to it with the *BatchError, and the other sources'
+// batches are written in the same round, without it.
+func TestCommitterUnencodableBatch(t *testing.T) {
+	db := openT(t, tempPath(t), nil)
+	c := store.NewCommitter(db, nil)
+	badCommitted := make(chan *store.Batch, 1)
+	bad := &lateSource{t: t, name: "bad", fail: true, committed: badCommitted}
+	good := newSource(t, "good")
+	c.Add(bad)
+	c.Add(good)
+	good.add(5)
+	err := c.Flush(context.Background())
+	var be *store.BatchError
+	if !errors.As(err, &be) || be.Informer != "bad" {
+		t.Fatalf("Flush: %v", err)
+	}
+	<-badCommitted
+	if err := good.wait(t); err != nil {
+		t.Fatalf("the good source's batch: %v", err)
+	}
+	if st := state(t, db, "good"); st == nil || st.Objects != 5 {
+		t.Fatalf("good: state %+v", st)
+	}
+	if st := state(t, db, "bad"); st != nil {
+		t.Fatalf("bad: state %+v", st)
+	}
+	mustCheck(t, db)
 }

@@ -51,6 +51,8 @@ func allocated(fn func()) uint64 {
 var recordKeys = map[string]string{
 	"pod-json":            "ns-2/pod-000002",
 	"pod-protobuf":        "ns-1/pod-000001",
+	"pod-metadata":        "ns-0/pod-000003",
+	"pod-long-name":       "ns-1/" + strings.Repeat("n", 17<<10),
 	"secret-sealed":       "prod/db",
 	"widget-unstructured": "default/widget-3",
 }

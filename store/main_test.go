@@ -77,7 +77,7 @@ func tempPath(t testing.TB) string {
 	return filepath.Join(t.TempDir(), "cache.db")
 }
 
-// podPayload is a real Pod (testobj.Pod(1, ...)) in the raw protobuf
+// podPayload is a real Pod (testobj.Pod(1, ...)) in the kube-protobuf
 // encoding the codec stores, read from the checked-in record. The store
 // treats payloads as opaque; these tests do not import the codec or
 // Kubernetes types, which keeps the fuzzing binary small (coverage
@@ -104,7 +104,7 @@ func podRecord(t testing.TB, i int, rv string) (string, *store.Record) {
 	r := &store.Record{
 		UID:             fmt.Sprintf("00000000-0000-4000-8000-%012d", i),
 		ResourceVersion: rv,
-		Codec:           store.CodecProtobuf,
+		Codec:           store.CodecKubeProtobuf,
 		Payload:         append(append([]byte(nil), podPayload()...), payloadMarker(i)...),
 	}
 	r.SetIndexed(map[string][]string{

@@ -18,11 +18,21 @@ const (
 	// CodecUnknown is the zero value and never valid on disk.
 	CodecUnknown Codec = 0
 	// CodecProtobuf is a typed built-in object in apimachinery's raw protobuf
-	// encoding (no runtime.Unknown wrapper).
+	// encoding (no runtime.Unknown wrapper), so the payload does not say its
+	// kind. Format version 4 writes CodecKubeProtobuf instead; this codec
+	// remains in records migrated from version 3 that could not be
+	// rewritten (sealed payloads, or an informer of unknown kind).
 	CodecProtobuf Codec = 1
 	// CodecJSON is an object (typed or unstructured) in apimachinery's JSON
-	// encoding.
+	// encoding. Since format version 4 a typed object's JSON carries its
+	// apiVersion and kind.
 	CodecJSON Codec = 2
+	// CodecKubeProtobuf is a typed object as apimachinery's protobuf
+	// serializer writes it (and kube-apiserver stores it in etcd): the
+	// magic "k8s\x00", then a runtime.Unknown holding the object's
+	// apiVersion, kind and raw protobuf, so that a reader can check the
+	// payload's kind. Format version 4.
+	CodecKubeProtobuf Codec = 3
 )
 
 // String implements fmt.Stringer.
@@ -32,6 +42,8 @@ func (c Codec) String() string {
 		return "protobuf"
 	case CodecJSON:
 		return "json"
+	case CodecKubeProtobuf:
+		return "kube-protobuf"
 	default:
 		return fmt.Sprintf("codec(%d)", uint8(c))
 	}
@@ -53,14 +65,18 @@ type IndexValues struct {
 //	4 APIVersion       string   the object's TypeMeta, when it had one
 //	5 Kind             string
 //	6 Indexed          [][Index, [Values...]]  sorted by index name
-//	7 Checksum         uint32   CRC-32C of the key, fields 0-6 and Payload
-//	8 Payload          bytes
+//	7 Key              string   the object key when its bucket key is escaped, else ""
+//	8 Type             string   the payload's type when not the informer's, else ""
+//	9 Checksum         uint32   CRC-32C of the key, fields 0-8 and Payload
+//	10 Payload         bytes
 //
 // Indexed lets the store keep index buckets in step (remove an object's old
 // entries) without decoding the payload, and lets Check verify them. The
 // checksum covers the key the record is stored under and every field but
 // itself, so a record that checks can be trusted without decoding its
-// payload (a warm start reads only envelopes).
+// payload (a warm start reads only envelopes). Field 7 is written by the
+// store from the key (the encoders take it as an argument); records of
+// format versions 1 to 3 have 9 fields (no Key and Type).
 type Record struct {
 	UID             string
 	ResourceVersion string
@@ -69,17 +85,31 @@ type Record struct {
 	APIVersion      string
 	Kind            string
 	Indexed         []IndexValues
-	Checksum        uint32
-	Payload         []byte
+	// Type names the payload's Go type when it is not the informer's (the
+	// state record's Kind): a schema.GroupVersionKind.String() ("meta.k8s.io/v1,
+	// Kind=PartialObjectMetadata"), or TypeUnstructured. It must be one of
+	// the state record's Types.
+	Type     string
+	Checksum uint32
+	Payload  []byte
 }
 
-// recordFields is the length of the envelope array.
-const recordFields = 9
+// TypeUnstructured is the Record.Type of an *unstructured.Unstructured
+// object in an informer of a typed example.
+const TypeUnstructured = "unstructured"
+
+// recordFields is the length of the envelope array; legacyRecordFields
+// that of format versions 1 to 3.
+const (
+	recordFields       = 11
+	legacyRecordFields = 9
+)
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// recordChecksum is the format version 2 checksum: CRC-32C of the key, of
-// the envelope's encoding up to and excluding the Checksum field (head),
+// recordChecksum is the format version 2 checksum (also 3 and 4's):
+// CRC-32C of the key, of the envelope's encoding up to and excluding the
+// Checksum field (head),
 // and of the payload. The key is read in place, not copied (it runs for
 // every record of a warm load and of a commit).
 func recordChecksum(key string, head, payload []byte) uint32 {
@@ -170,6 +200,7 @@ func decodeRecord(key string, b []byte, version uint32) (*Record, error) {
 	}
 	r.UID, r.ResourceVersion = string(h.UID), string(h.ResourceVersion)
 	r.Codec, r.KeyID, r.APIVersion, r.Kind = h.Codec, string(h.KeyID), string(h.APIVersion), string(h.Kind)
+	r.Type = string(h.Type)
 	r.Checksum, r.Payload = h.Checksum, h.Payload
 	return &r, nil
 }
@@ -201,6 +232,10 @@ type State struct {
 	Transform string `msgpack:"transform,omitempty"`
 	// Indexes are the names of the index buckets, sorted.
 	Indexes []string `msgpack:"indexes,omitempty"`
+	// Types are the Record.Type values the informer's records may carry
+	// besides "" (objects of other Go types than its example, from a
+	// transform), sorted; a record of another type is not the informer's.
+	Types []string `msgpack:"types,omitempty"`
 	// Objects is the number of records in the objects bucket.
 	Objects int64 `msgpack:"objects,omitempty"`
 	// Created is when the informer's bucket was first written.

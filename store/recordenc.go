@@ -42,8 +42,9 @@ func encoderTo(w *appendWriter) *msgpack.Encoder {
 	return enc
 }
 
-// appendHead appends the array header and fields 0 to 6.
-func appendHead(b []byte, r *Record) ([]byte, error) {
+// appendHead appends the array header and fields 0 to 8 of the record of
+// key (field 7, Key, is key when its bucket key is escaped).
+func appendHead(b []byte, key string, r *Record) ([]byte, error) {
 	w := &appendWriter{b: b}
 	enc := encoderTo(w)
 	defer msgpack.PutEncoder(enc)
@@ -80,6 +81,16 @@ func appendHead(b []byte, r *Record) ([]byte, error) {
 			}
 		}
 	}
+	if err == nil {
+		if keyEscaped(key) {
+			err = enc.EncodeString(key)
+		} else {
+			err = enc.EncodeString("")
+		}
+	}
+	if err == nil {
+		err = enc.EncodeString(r.Type)
+	}
 	return w.b, err
 }
 
@@ -102,7 +113,7 @@ func appendEnvelope(dst []byte, key string, r *Record) ([]byte, error) {
 		return nil, fmt.Errorf("store: encode record %q: payload of %d bytes", key, len(r.Payload))
 	}
 	start := len(dst)
-	b, err := appendHead(dst, r)
+	b, err := appendHead(dst, key, r)
 	if err == nil {
 		r.Checksum = recordChecksum(key, b[start:], r.Payload)
 		b, err = appendTail(b, r.Checksum, len(r.Payload))

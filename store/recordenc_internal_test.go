@@ -10,7 +10,8 @@ import (
 )
 
 // msgpackRecord is the reference encoding of a record: the msgpack
-// encoder's, as format version 2 was first written.
+// encoder's, as format version 2 was first written (with version 4's
+// fields 7 and 8).
 func msgpackRecord(t *testing.T, key string, r *Record) []byte {
 	t.Helper()
 	var head bytes.Buffer
@@ -36,6 +37,12 @@ func msgpackRecord(t *testing.T, key string, r *Record) []byte {
 			must(enc.EncodeString(v))
 		}
 	}
+	if keyEscaped(key) {
+		must(enc.EncodeString(key))
+	} else {
+		must(enc.EncodeString(""))
+	}
+	must(enc.EncodeString(r.Type))
 	out := bytes.NewBuffer(append([]byte(nil), head.Bytes()...))
 	enc.Reset(out)
 	must(enc.EncodeUint32(recordChecksum(key, head.Bytes(), r.Payload)))
@@ -52,7 +59,7 @@ func recordVariants() []*Record {
 		s := strings.Repeat("s", sl)
 		for _, pl := range []int{0, 255, 256, 65535, 65536} {
 			out = append(out, &Record{UID: s, ResourceVersion: "12", Codec: CodecProtobuf, KeyID: "k1",
-				APIVersion: s, Kind: "Pod", Payload: bytes.Repeat([]byte{7}, pl),
+				APIVersion: s, Kind: "Pod", Type: s, Payload: bytes.Repeat([]byte{7}, pl),
 				Indexed: []IndexValues{{Index: "namespace", Values: []string{s}}}})
 		}
 	}
@@ -96,12 +103,18 @@ func TestScanLayout(t *testing.T) {
 		h, err := scanLayout(raw, nil)
 		bare := *r
 		bare.Indexed = nil
-		head, err2 := appendHead(nil, r)
-		bareHead, err3 := appendHead(nil, &bare)
+		head, err2 := appendHead(nil, "ns/name", r)
+		bareHead, err3 := appendHead(nil, "ns/name", &bare)
 		if err != nil || err2 != nil || err3 != nil {
 			t.Fatalf("variant %d: %v %v %v", i, err, err2, err3)
 		}
-		if !bytes.Equal(h.Indexed, raw[len(bareHead)-1:len(head)]) || h.Checksum != r.Checksum || !bytes.Equal(h.Payload, r.Payload) {
+		// The head ends with fields 7 and 8 (Key, Type), after Indexed.
+		tail, err := msgpack.Marshal(r.Type)
+		if err != nil {
+			t.Fatal(err)
+		}
+		end := len(head) - 1 - len(tail)
+		if !bytes.Equal(h.Indexed, raw[len(bareHead)-1-1-len(tail):end]) || h.Checksum != r.Checksum || !bytes.Equal(h.Payload, r.Payload) {
 			t.Fatalf("variant %d: layout %d bytes of index values, %08x, %d bytes of payload", i, len(h.Indexed), h.Checksum, len(h.Payload))
 		}
 	}

@@ -15,7 +15,12 @@ import (
 // (inside the transaction, for a record read from the file).
 type RecordHead struct {
 	UID, ResourceVersion, KeyID, APIVersion, Kind []byte
-	Codec                                         Codec
+	// Key is field 7: the object key when its bucket key is escaped, else
+	// empty (always empty in records of format versions 1 to 3).
+	Key []byte
+	// Type is field 8 (Record.Type).
+	Type  []byte
+	Codec Codec
 	// Indexed is field 6 as encoded (the index values, for comparing two
 	// records' without decoding them).
 	Indexed  []byte
@@ -70,7 +75,7 @@ func (s *recordScanner) uint(max uint64, what string) (uint64, error) {
 // scanRecord decodes a record of the given format version in place:
 // version 1's checksum covers the payload only.
 func scanRecord(key string, b []byte, version uint32, index func(name, value []byte)) (RecordHead, error) {
-	h, head, err := scan(b, index)
+	h, head, err := scan(b, version, index)
 	if err != nil {
 		return RecordHead{}, err
 	}
@@ -81,19 +86,45 @@ func scanRecord(key string, b []byte, version uint32, index func(name, value []b
 	if want != h.Checksum {
 		return RecordHead{}, fmt.Errorf("%w: record: checksum %08x, want %08x (damaged, or stored under another key)", ErrCorrupt, h.Checksum, want)
 	}
+	// The checksum covers key and field 7 both: they agree unless the
+	// writer was wrong.
+	// (the empty key is escaped, and its field 7 is empty).
+	if version >= 4 && (keyEscaped(key) && string(h.Key) != key || !keyEscaped(key) && len(h.Key) != 0) {
+		return RecordHead{}, fmt.Errorf("%w: record of key %q names key %q", ErrCorrupt, key, h.Key)
+	}
 	return h, nil
 }
 
 // scanLayout reads a record's fields in place without verifying its
-// checksum: for a record just encoded.
+// checksum: for a record just encoded, or to read the key of a record
+// under an escaped bucket key before verifying it.
 func scanLayout(b []byte, index func(name, value []byte)) (RecordHead, error) {
-	h, _, err := scan(b, index)
+	h, _, err := scan(b, FormatVersion, index)
 	return h, err
 }
 
-// scan reads a record's fields in place and returns where field 7 starts
-// (the end of what the checksum covers before the payload).
-func scan(b []byte, index func(name, value []byte)) (h RecordHead, head int, err error) {
+// recordKey returns the object key of the record raw stored under the
+// bucket key bkey: bkey itself, or for an escaped one the record's field
+// 7, which must hash to bkey. It does not verify the checksum.
+func recordKey(bkey, raw []byte) (string, error) {
+	if !isEscaped(bkey) {
+		return string(bkey), nil
+	}
+	h, err := scanLayout(raw, nil)
+	if err != nil {
+		return "", err
+	}
+	key := string(h.Key)
+	if !keyEscaped(key) || !bytes.Equal(escape(key), bkey) {
+		return "", fmt.Errorf("%w: record under escaped key %q holds key %q, which is not its own", ErrCorrupt, bkey, key)
+	}
+	return key, nil
+}
+
+// scan reads a record's fields in place and returns where the checksum
+// field starts (the end of what the checksum covers before the payload).
+// A record of format version 4 has 11 fields, an older one 9.
+func scan(b []byte, version uint32, index func(name, value []byte)) (h RecordHead, head int, err error) {
 	// No checkMsgpack walk first (DecodeRecord's guard): the scanner
 	// allocates nothing whatever a damaged length says, and bounds-checks
 	// every length against the bytes left.
@@ -106,14 +137,18 @@ func scan(b []byte, index func(name, value []byte)) (h RecordHead, head int, err
 	s.b = b
 	s.rd.Reset(b)
 	s.dec.Reset(&s.rd)
-	var indexed int
+	var indexed, indexedEnd int
 	err = func() error {
 		n, err := s.dec.DecodeArrayLen()
 		if err != nil {
 			return err
 		}
-		if n != recordFields {
-			return fmt.Errorf("envelope has %d fields, want %d", n, recordFields)
+		want := recordFields
+		if version < 4 {
+			want = legacyRecordFields
+		}
+		if n != want {
+			return fmt.Errorf("envelope has %d fields, want %d", n, want)
 		}
 		if h.UID, err = s.view(); err != nil {
 			return err
@@ -158,6 +193,15 @@ func scan(b []byte, index func(name, value []byte)) (h RecordHead, head int, err
 				}
 			}
 		}
+		indexedEnd = s.pos()
+		if want == recordFields {
+			if h.Key, err = s.view(); err != nil {
+				return err
+			}
+			if h.Type, err = s.view(); err != nil {
+				return err
+			}
+		}
 		head = s.pos()
 		sum, err := s.uint(math.MaxUint32, "checksum")
 		if err != nil {
@@ -174,7 +218,7 @@ func scan(b []byte, index func(name, value []byte)) (h RecordHead, head int, err
 		return RecordHead{}, 0, fmt.Errorf("%w: record: malformed envelope: %v", ErrCorrupt, err)
 	}
 	h.Payload = b[s.pos():len(b):len(b)]
-	h.Indexed = b[indexed:head:head]
+	h.Indexed = b[indexed:indexedEnd:indexedEnd]
 	if h.Codec == CodecUnknown {
 		return RecordHead{}, 0, fmt.Errorf("%w: record: no codec", ErrCorrupt)
 	}

@@ -76,9 +76,13 @@ func (db *DB) RepairIndexes(informer string) (IndexRepair, error) {
 				if v == nil {
 					return corruptf("nested bucket %q in objects", k)
 				}
-				r, err := ViewRecord(string(k), v)
+				key, err := recordKey(k, v)
 				if err != nil {
-					return fmt.Errorf("object %q: %w", k, err)
+					return fmt.Errorf("object under %q: %w", k, err)
+				}
+				r, err := ViewRecord(key, v)
+				if err != nil {
+					return fmt.Errorf("object %q: %w", key, err)
 				}
 				rep.Objects++
 				for _, iv := range r.Indexed {
@@ -86,10 +90,7 @@ func (db *DB) RepairIndexes(informer string) (IndexRepair, error) {
 						continue
 					}
 					for _, val := range iv.Values {
-						if len(val) > maxKeySize {
-							return corruptf("object %q: index %q value of %d bytes", k, iv.Index, len(val))
-						}
-						entries[iv.Index] = append(entries[iv.Index], indexEntryKey(val, string(k)))
+						entries[iv.Index] = append(entries[iv.Index], indexEntryKey(val, key))
 					}
 				}
 			}

@@ -28,7 +28,7 @@ func (db *DB) RewritePayloads(informer string, keys []string, fn func(key string
 			return nil
 		}
 		for _, key := range keys {
-			raw := objs.Get([]byte(key))
+			raw := objs.Get(bucketKey(key))
 			if raw == nil {
 				continue
 			}
@@ -49,7 +49,7 @@ func (db *DB) RewritePayloads(informer string, keys []string, fn func(key string
 			if err != nil {
 				return fmt.Errorf("object %q: %w", key, err)
 			}
-			if err := objs.Put([]byte(key), out); err != nil {
+			if err := objs.Put(bucketKey(key), out); err != nil {
 				return fmt.Errorf("object %q: %w", key, err)
 			}
 			n++

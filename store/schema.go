@@ -2,7 +2,9 @@ package store
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"hash/fnv"
 	"strings"
@@ -15,8 +17,11 @@ import (
 // migration in migrate.go. Version 2 made the record checksum cover the
 // key and the envelope, not only the payload; version 3 added the envelope
 // snapshot ("snapshot" in an informer's bucket, snapshot.go), which every
-// writer must delete when it changes the informer.
-const FormatVersion uint32 = 3
+// writer must delete when it changes the informer; version 4 stores every
+// key and index value (escaped ones under a hash, the real one in the
+// record), adds the envelope's Key and Type fields, the self-describing
+// protobuf codec and the state's types.
+const FormatVersion uint32 = 4
 
 // The bucket layout (since format version 3; versions 1 and 2 had no
 // snapshot):
@@ -29,14 +34,24 @@ const FormatVersion uint32 = 3
 //	        ├── "state"   -> State record (msgpack map)
 //	        ├── "snapshot" -> envelope snapshot (version 3, optional)
 //	        ├── "objects"                bucket
-//	        │   └── <object key>  -> Record envelope (msgpack array)
+//	        │   └── <bucket key>  -> Record envelope (msgpack array)
 //	        └── "indexes"                bucket
 //	            └── <index name>         bucket, one per index
-//	                └── <index value> 0x00 <object key> -> (empty)
+//	                └── <entry value> 0x00 <bucket key> -> (empty)
 //
 // An object key is what the informer's KeyFunc returns ("namespace/name" or
-// "name"); it never contains a NUL byte (Put rejects one). An index value may
-// contain anything, so an index entry key is split at its last NUL byte.
+// "name"), and any string is stored (format version 4). Its bucket key is
+// the key itself when bbolt can hold it and an index entry can embed it: 1
+// to maxRawKey bytes, no NUL byte, and not starting with escapeMark.
+// Any other key (empty, too long, with a NUL, or starting with the mark)
+// is escaped: its bucket key is escapeMark followed by the 64 hex digits of
+// its SHA-256, and its record holds the real key (field Key). A raw key
+// never starts with the mark, so the two forms never collide. An escaped
+// bucket key has no NUL either, so an index entry key is split at its last
+// NUL byte, and an index value may contain anything. Its entry value is
+// the value itself up to maxRawValue bytes when it does not start with the
+// mark, else the mark and the hex SHA-256 of the value: the record's
+// Indexed field keeps the exact value.
 var (
 	bucketMeta      = []byte("meta")
 	bucketInformers = []byte("informers")
@@ -101,36 +116,68 @@ func decodeHeader(path string, b []byte) (header, error) {
 	return header{Version: v, Created: time.Unix(0, int64(binary.BigEndian.Uint64(b[8:16]))).UTC()}, nil
 }
 
-// maxKeySize bounds object keys and index values (bbolt's limit is 32 KiB).
-const maxKeySize = 16 << 10
+// maxRawKey is the longest object key stored as its own bucket key.
+const maxRawKey = 16 << 10
 
-func validKey(key string) error {
-	if key == "" || len(key) > maxKeySize || strings.IndexByte(key, 0) >= 0 {
-		return fmt.Errorf("%w: %q", ErrInvalidKey, key)
-	}
-	return nil
+// maxRawValue is the longest index value stored as itself in an index
+// entry: an entry (value, NUL, bucket key) is then at most bbolt's key
+// limit of 32 KiB.
+const maxRawValue = maxRawKey - 1
+
+// escapeMark starts every escaped bucket key and entry value, and no raw
+// one (0xff is never part of UTF-8).
+const escapeMark = 0xff
+
+// escapedLen is the length of an escaped key or value.
+const escapedLen = 1 + 2*sha256.Size
+
+// keyEscaped reports whether key is stored under a hash.
+func keyEscaped(key string) bool {
+	return key == "" || len(key) > maxRawKey || key[0] == escapeMark || strings.IndexByte(key, 0) >= 0
 }
 
-// ValidateKey returns an error wrapping ErrInvalidKey if key cannot be
-// stored as an object key. Sources check it so that one bad key never
-// fails a whole group commit over and over.
-func ValidateKey(key string) error { return validKey(key) }
+// valueEscaped reports whether an index value is stored as a hash.
+func valueEscaped(v string) bool {
+	return len(v) > maxRawValue || (v != "" && v[0] == escapeMark)
+}
+
+// escape returns the escaped form of s: the mark and s's hex SHA-256.
+func escape(s string) []byte {
+	sum := sha256.Sum256(keyBytes(s))
+	b := make([]byte, escapedLen)
+	b[0] = escapeMark
+	hex.Encode(b[1:], sum[:])
+	return b
+}
+
+// isEscaped reports whether a bucket key or entry value is in the escaped
+// form.
+func isEscaped(b []byte) bool { return len(b) > 0 && b[0] == escapeMark }
+
+// bucketKey is key's key in the objects bucket. A raw key is lent without
+// a copy (bbolt's Put clones the keys it keeps); do not modify it.
+func bucketKey(key string) []byte {
+	if keyEscaped(key) {
+		return escape(key)
+	}
+	return keyBytes(key)
+}
+
+// entryValue is an index value's form in its entries.
+func entryValue(v string) []byte {
+	if valueEscaped(v) {
+		return escape(v)
+	}
+	return keyBytes(v)
+}
+
+// compareBucketKeys orders two object keys as their bucket keys are
+// ordered in the file.
+func compareBucketKeys(a, b string) int { return bytes.Compare(bucketKey(a), bucketKey(b)) }
 
 // ValidateName returns an error wrapping ErrInvalidName if name cannot be
 // an informer or index name.
 func ValidateName(name string) error { return validName(name) }
-
-// ValidateIndexEntry returns an error wrapping ErrInvalidKey if value of
-// key does not fit in an index bucket's key.
-func ValidateIndexEntry(value, key string) error {
-	if len(value) > maxKeySize || len(value)+1+len(key) > maxIndexEntrySize {
-		return fmt.Errorf("%w: index value of %d bytes for key %q is too long", ErrInvalidKey, len(value), key)
-	}
-	return nil
-}
-
-// maxIndexEntrySize is bbolt's key size limit.
-const maxIndexEntrySize = 32768
 
 func validName(name string) error {
 	if name == "" || len(name) > 1024 || strings.IndexByte(name, 0) >= 0 {
@@ -139,26 +186,30 @@ func validName(name string) error {
 	return nil
 }
 
-// indexEntryKey encodes <index value> 0x00 <object key>.
+// indexEntryKey encodes <entry value> 0x00 <bucket key> for value of key.
 func indexEntryKey(value, key string) []byte {
-	b := make([]byte, 0, len(value)+1+len(key))
-	b = append(b, value...)
+	v, k := entryValue(value), bucketKey(key)
+	b := make([]byte, 0, len(v)+1+len(k))
+	b = append(b, v...)
 	b = append(b, 0)
-	return append(b, key...)
+	return append(b, k...)
 }
 
 // indexValuePrefix is the prefix of every entry of value.
 func indexValuePrefix(value string) []byte {
-	b := make([]byte, 0, len(value)+1)
-	b = append(b, value...)
+	v := entryValue(value)
+	b := make([]byte, 0, len(v)+1)
+	b = append(b, v...)
 	return append(b, 0)
 }
 
-// splitIndexEntryKey splits an index entry key at its last NUL byte.
-func splitIndexEntryKey(k []byte) (value, key string, ok bool) {
+// splitIndexEntryKey splits an index entry key at its last NUL byte into
+// the entry value and the bucket key (both as stored: escaped ones are
+// hashes).
+func splitIndexEntryKey(k []byte) (value, bkey []byte, ok bool) {
 	i := bytes.LastIndexByte(k, 0)
 	if i < 0 || i == len(k)-1 {
-		return "", "", false
+		return nil, nil, false
 	}
-	return string(k[:i]), string(k[i+1:]), true
+	return k[:i], k[i+1:], true
 }

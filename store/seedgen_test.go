@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 
@@ -67,6 +68,21 @@ func writeRecords(t *testing.T) {
 	r, err = sealed.Encode("prod/db", s)
 	put("secret-sealed", r, err)
 
+	pom := &metav1.PartialObjectMetadata{ObjectMeta: testobj.Pod(3, 3, 2, "8").ObjectMeta}
+	r, err = pb.Encode("ns-0/pod-000003", pom)
+	if err == nil {
+		r.SetIndexed(map[string][]string{"namespace": {"ns-0"}})
+	}
+	put("pod-metadata", r, err)
+
+	long := testobj.Pod(4, 3, 2, "9")
+	long.Name = strings.Repeat("n", 17<<10)
+	r, err = pb.Encode(recordKeys["pod-long-name"], long)
+	if err == nil {
+		r.SetIndexed(map[string][]string{"namespace": {"ns-1"}, "label": {strings.Repeat("v", 17<<10)}})
+	}
+	put("pod-long-name", r, err)
+
 	un, _ := codec.New(&unstructured.Unstructured{}, nil)
 	r, err = un.Encode("default/widget-3", testobj.Unstructured(3, "default", "77"))
 	if err == nil {
@@ -84,6 +100,10 @@ func writeCodecSeeds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, _, raw, err := store.SplitKubeProtobuf(r.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -98,8 +118,9 @@ func writeCodecSeeds(t *testing.T) {
 		codec store.Codec
 		b     []byte
 	}{
-		{"pod-protobuf", store.CodecProtobuf, r.Payload},
-		{"pod-protobuf-cut", store.CodecProtobuf, r.Payload[:len(r.Payload)/2]},
+		{"pod-protobuf", store.CodecKubeProtobuf, r.Payload},
+		{"pod-protobuf-cut", store.CodecKubeProtobuf, r.Payload[:len(r.Payload)/2]},
+		{"pod-raw-protobuf", store.CodecProtobuf, raw},
 		{"pod-json", store.CodecJSON, j},
 		{"widget-json", store.CodecJSON, u},
 		{"pod-protobuf-as-json", store.CodecJSON, r.Payload},

@@ -35,8 +35,9 @@ var ErrNoSnapshot = errors.New("no snapshot")
 // Snapshot is the envelopes of every record of one informer, as the
 // records held them when it was written.
 type Snapshot struct {
-	// Keys are the object keys in file (byte) order; ResourceVersions,
-	// UIDs and KeyIDs are aligned with them.
+	// Keys are the object keys in file order (of their bucket keys: raw
+	// keys in byte order, then escaped ones); ResourceVersions, UIDs and
+	// KeyIDs are aligned with them.
 	Keys, ResourceVersions, UIDs, KeyIDs []string
 	// Indexes are the index values the records hold, by index name
 	// (sorted).
@@ -353,7 +354,7 @@ func decodeSnapshot(raw []byte) (*Snapshot, snapshotStamp, error) {
 			break
 		}
 		sn.KeyIDs[i] = ids[id]
-		if i > 0 && sn.Keys[i] <= sn.Keys[i-1] {
+		if i > 0 && compareBucketKeys(sn.Keys[i], sn.Keys[i-1]) <= 0 {
 			r.fail("keys out of order")
 		}
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"fmt"
+	"sort"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -97,7 +98,7 @@ func (t *Tx) GetRaw(informer, key string) []byte {
 	if objs == nil {
 		return nil
 	}
-	return objs.Get([]byte(key))
+	return objs.Get(bucketKey(key))
 }
 
 // Get returns the decoded record of key, or nil if there is none.
@@ -109,8 +110,13 @@ func (t *Tx) Get(informer, key string) (*Record, error) {
 	return decode(informer, key, raw)
 }
 
-// ForEachRaw calls fn for every object of the informer in key order, with
-// the encoded record. It stops at the first error fn returns.
+// ForEachRaw calls fn for every object of the informer in the file's order
+// (the order of its bucket keys: raw keys in byte order, then the escaped
+// ones), with the object key and the encoded record. A record under an
+// escaped bucket key whose own key cannot be read or does not hash to it
+// is passed with the bucket key for its key, so that the caller's check of
+// the record (whose checksum covers the key) reports it. It stops at the
+// first error fn returns.
 func (t *Tx) ForEachRaw(informer string, fn func(key string, raw []byte) error) error {
 	objs := t.sub(informer, bucketObjects)
 	if objs == nil {
@@ -121,15 +127,20 @@ func (t *Tx) ForEachRaw(informer string, fn func(key string, raw []byte) error) 
 		if v == nil {
 			return corruptf("informer %q: nested bucket %q in objects", informer, k)
 		}
-		if err := fn(string(k), v); err != nil {
+		key, err := recordKey(k, v)
+		if err != nil {
+			key = string(k)
+		}
+		if err := fn(key, v); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// ForEach calls fn for every object of the informer in key order, decoded.
-// A record that does not decode stops the walk with an ErrCorrupt error.
+// ForEach calls fn for every object of the informer in the file's order,
+// decoded. A record that does not decode stops the walk with an
+// ErrCorrupt error.
 func (t *Tx) ForEach(informer string, fn func(key string, r *Record) error) error {
 	return t.ForEachRaw(informer, func(key string, raw []byte) error {
 		r, err := decode(informer, key, raw)
@@ -160,8 +171,25 @@ func (t *Tx) index(informer, index string) *bolt.Bucket {
 // HasIndex reports whether the informer has an index bucket of that name.
 func (t *Tx) HasIndex(informer, index string) bool { return t.index(informer, index) != nil }
 
+// objectKey returns the object key of a bucket key found in an index
+// entry: itself, or for an escaped one the key its record holds (the
+// bucket key as a string when there is no such record, or it is damaged).
+func (t *Tx) objectKey(informer string, bkey []byte) string {
+	if !isEscaped(bkey) {
+		return string(bkey)
+	}
+	if objs := t.sub(informer, bucketObjects); objs != nil {
+		if raw := objs.Get(bkey); raw != nil {
+			if key, err := recordKey(bkey, raw); err == nil {
+				return key
+			}
+		}
+	}
+	return string(bkey)
+}
+
 // IndexKeys returns the keys of the objects whose values in index include
-// value, in key order.
+// value, sorted.
 func (t *Tx) IndexKeys(informer, index, value string) []string {
 	ib := t.index(informer, index)
 	if ib == nil {
@@ -171,16 +199,20 @@ func (t *Tx) IndexKeys(informer, index, value string) []string {
 	var keys []string
 	c := ib.Cursor()
 	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		v, key, ok := splitIndexEntryKey(k)
-		if ok && v == value {
-			keys = append(keys, key)
+		v, bkey, ok := splitIndexEntryKey(k)
+		if ok && len(v) == len(prefix)-1 {
+			keys = append(keys, t.objectKey(informer, bkey))
 		}
 	}
+	sort.Strings(keys)
 	return keys
 }
 
-// ForEachIndexEntry calls fn for every entry of index in order. Malformed
-// entry keys are reported as ErrCorrupt.
+// ForEachIndexEntry calls fn for every entry of index, in the file's
+// order, with the index value and the object key. The value of an entry
+// stored as a hash (a long value) is read from the object's record.
+// Malformed entry keys, and hashed values no record explains, are
+// reported as ErrCorrupt.
 func (t *Tx) ForEachIndexEntry(informer, index string, fn func(value, key string) error) error {
 	ib := t.index(informer, index)
 	if ib == nil {
@@ -188,15 +220,38 @@ func (t *Tx) ForEachIndexEntry(informer, index string, fn func(value, key string
 	}
 	c := ib.Cursor()
 	for k, _ := c.First(); k != nil; k, _ = c.Next() {
-		v, key, ok := splitIndexEntryKey(k)
+		ev, bkey, ok := splitIndexEntryKey(k)
 		if !ok {
 			return corruptf("informer %q index %q: malformed entry %q", informer, index, k)
 		}
-		if err := fn(v, key); err != nil {
+		key := t.objectKey(informer, bkey)
+		value := string(ev)
+		if isEscaped(ev) {
+			var found bool
+			if value, found = t.escapedValue(informer, index, key, ev); !found {
+				return corruptf("informer %q index %q: entry %q: object %q has no value that hashes to it", informer, index, k, key)
+			}
+		}
+		if err := fn(value, key); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// escapedValue finds the value of key's record in index whose entry value
+// is ev.
+func (t *Tx) escapedValue(informer, index, key string, ev []byte) (string, bool) {
+	r, err := t.Get(informer, key)
+	if err != nil || r == nil {
+		return "", false
+	}
+	for _, v := range r.Values(index) {
+		if valueEscaped(v) && bytes.Equal(escape(v), ev) {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 // IndexValues returns the distinct values of index with the number of

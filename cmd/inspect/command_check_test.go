@@ -8,8 +8,12 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
+	"github.com/boltinformer/boltinformer/internal/codec"
 	"github.com/boltinformer/boltinformer/store"
 )
 
@@ -57,11 +61,48 @@ func TestCheckProblems(t *testing.T) {
 		}
 		return objs.Put([]byte("ns-0/pod-000000"), raw)
 	})
+	// A payload of another kind (an empty ConfigMap's) under a Pod's key,
+	// with a valid checksum; and a record naming a type the informer's
+	// state does not list.
+	otherKind := damage(t, func(tx *bolt.Tx) error {
+		objs := informerBolt(tx, "v1/pods", "objects")
+		r, err := store.DecodeRecord("ns-0/pod-000000", objs.Get([]byte("ns-0/pod-000000")))
+		if err != nil {
+			return err
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "pod-000000", Namespace: "ns-0", UID: types.UID(r.UID), ResourceVersion: r.ResourceVersion}}
+		c, err := codec.New(&corev1.ConfigMap{}, nil)
+		if err != nil {
+			return err
+		}
+		cr, err := c.Encode("ns-0/pod-000000", cm)
+		if err != nil {
+			return err
+		}
+		r.Payload = cr.Payload
+		raw, err := store.EncodeRecord("ns-0/pod-000000", r)
+		if err != nil {
+			return err
+		}
+		if err := objs.Put([]byte("ns-0/pod-000000"), raw); err != nil {
+			return err
+		}
+		r, err = store.DecodeRecord("ns-1/pod-000001", objs.Get([]byte("ns-1/pod-000001")))
+		if err != nil {
+			return err
+		}
+		r.Type = "/v1, Kind=Pod"
+		if raw, err = store.EncodeRecord("ns-1/pod-000001", r); err != nil {
+			return err
+		}
+		return objs.Put([]byte("ns-1/pod-000001"), raw)
+	})
 	for _, tc := range []struct {
 		name string
 		path string
 		args []string
 	}{
+		{"check-other-kind", otherKind, nil},
 		{"check-garbage-record", withGarbageRecord(t), nil},
 		{"check-garbage-payload", withGarbagePayload(t), nil},
 		{"check-swapped-payload", swapped, nil},

@@ -45,7 +45,7 @@ func TestGet(t *testing.T) {
 	}
 }
 
-const gadgetWarning = "warning: object \"edge/gadget-0\" printed as its envelope: protobuf payload of type example.com/v1, Kind=Gadget, which is not in client-go's scheme\n"
+const gadgetWarning = "warning: object \"edge/gadget-0\" printed as its envelope: kube-protobuf payload of type example.com/v1, Kind=Gadget, which is not in client-go's scheme\n"
 
 // The decoded object is the one the library stored, exactly.
 func TestGetRoundTrip(t *testing.T) {

@@ -70,12 +70,19 @@ func newDecoder(informer string, st *store.State, keyring *codec.Keyring) *decod
 // does not decode is returned as its envelope with the reason; the error
 // is for missing or wrong decryption keys only.
 func (d *decoder) decode(key string, r *store.Record) (*object, error) {
+	// The payload's type: the record's Type, or the informer's (the state's
+	// kind; else the TypeMeta the object had, if any).
 	gvk := d.kind
-	if r.Kind != "" {
+	switch {
+	case r.Type == store.TypeUnstructured:
+		gvk = schema.FromAPIVersionAndKind(r.APIVersion, r.Kind)
+	case r.Type != "":
+		gvk, _ = codec.ParseKind(r.Type)
+	case gvk.Empty() && r.Kind != "":
 		gvk = schema.FromAPIVersionAndKind(r.APIVersion, r.Kind)
 	}
 	o := &object{key: key, rec: r, gvk: gvk}
-	if gvk.Kind != "" && scheme.Scheme.Recognizes(gvk) {
+	if _, known := codec.NewKnown(gvk); known && gvk.Kind != "" && r.Type != store.TypeUnstructured {
 		c, err := d.codecFor(gvk)
 		if err != nil {
 			return nil, err
@@ -92,6 +99,9 @@ func (d *decoder) decode(key string, r *store.Record) (*object, error) {
 	}
 	if r.Codec != store.CodecJSON {
 		o.reason = fmt.Sprintf("%s payload of a type this inspect does not know", r.Codec)
+		if r.Type != "" {
+			o.reason = fmt.Sprintf("%s payload of type %s, which is not in client-go's scheme", r.Codec, r.Type)
+		}
 		if gvk.Kind != "" {
 			o.reason = fmt.Sprintf("%s payload of type %s, which is not in client-go's scheme", r.Codec, gvk)
 		}
@@ -104,7 +114,10 @@ func (d *decoder) decode(key string, r *store.Record) (*object, error) {
 		}
 		d.raw = c
 	}
-	obj, err := d.raw.Decode(key, r)
+	// A type this inspect does not know: its JSON as a generic object.
+	generic := *r
+	generic.Type = ""
+	obj, err := d.raw.Decode(key, &generic)
 	if err != nil {
 		return o, d.failure(o, r, err)
 	}
@@ -133,9 +146,9 @@ func (d *decoder) codecFor(gvk schema.GroupVersionKind) (*codec.Codec, error) {
 	if c := d.codecs[gvk]; c != nil {
 		return c, nil
 	}
-	example, err := scheme.Scheme.New(gvk)
-	if err != nil {
-		return nil, err
+	example, ok := codec.NewKnown(gvk)
+	if !ok {
+		return nil, fmt.Errorf("no type for kind %s", gvk)
 	}
 	c, err := codec.New(example, &codec.Options{Keyring: d.keyring})
 	if err != nil {

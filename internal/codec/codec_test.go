@@ -50,9 +50,9 @@ func TestRoundTripExact(t *testing.T) {
 		opts *codec.Options
 		want store.Codec
 	}{
-		{"protobuf", nil, store.CodecProtobuf},
+		{"protobuf", nil, store.CodecKubeProtobuf},
 		{"json", &codec.Options{ForceJSON: true}, store.CodecJSON},
-		{"sealed", &codec.Options{Keyring: &codec.Keyring{Current: "k1", Keys: map[string][]byte{"k1": bytes.Repeat([]byte{1}, 32)}}}, store.CodecProtobuf},
+		{"sealed", &codec.Options{Keyring: &codec.Keyring{Current: "k1", Keys: map[string][]byte{"k1": bytes.Repeat([]byte{1}, 32)}}}, store.CodecKubeProtobuf},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := codec.New(&corev1.Pod{}, tc.opts)
@@ -137,6 +137,9 @@ func TestGarbagePayload(t *testing.T) {
 		if _, err := c.Decode("k", &store.Record{Codec: store.CodecProtobuf, Payload: p}); err == nil && len(p) < 2 {
 			t.Errorf("payload %x decoded", p)
 		}
+		if _, err := c.Decode("k", &store.Record{Codec: store.CodecKubeProtobuf, Payload: p}); err == nil {
+			t.Errorf("kube-protobuf payload %x decoded", p)
+		}
 	}
 	if _, err := c.Decode("k", &store.Record{Codec: 99, Payload: []byte{1}}); !errors.Is(err, codec.ErrUnknownCodec) {
 		t.Fatalf("unknown codec: %v", err)
@@ -204,12 +207,15 @@ func TestMsgpackIsLossy(t *testing.T) {
 func FuzzDecodePayload(f *testing.F) {
 	pb, _ := codec.New(&corev1.Pod{}, nil)
 	r, _ := pb.Encode("k", testobj.Pod(1, 1, 1, "1"))
-	f.Add(uint8(store.CodecProtobuf), r.Payload)
+	f.Add(uint8(store.CodecKubeProtobuf), r.Payload)
+	if _, _, raw, err := store.SplitKubeProtobuf(r.Payload); err == nil {
+		f.Add(uint8(store.CodecProtobuf), raw)
+	}
 	j, _ := utiljson.Marshal(testobj.Pod(2, 1, 1, "2"))
 	f.Add(uint8(store.CodecJSON), j)
 	f.Add(uint8(store.CodecJSON), []byte(`{"apiVersion":"example.com/v1","kind":"W","metadata":{"name":"x"}}`))
 	if seed, err := os.ReadFile("testdata/seed.bin"); err == nil {
-		f.Add(uint8(store.CodecProtobuf), seed)
+		f.Add(uint8(store.CodecKubeProtobuf), seed)
 	}
 	f.Fuzz(func(t *testing.T, kind uint8, payload []byte) {
 		_, _ = codec.DecodePayload(store.Codec(kind), payload, &corev1.Pod{})

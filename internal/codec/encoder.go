@@ -38,20 +38,20 @@ func (c *Codec) NewEncoder(rb *store.RecordBuffer) *Encoder {
 // RecordBuffer; r.Payload points into it.
 func (e *Encoder) Encode(key string, obj any, r *store.Record) ([]byte, error) {
 	c := e.c
-	ro, err := c.envelope(key, obj, r)
+	ro, ti, err := c.envelope(obj, r)
 	if err != nil {
 		return nil, err
 	}
-	if m, ok := obj.(reverseMarshaler); ok && c.kind == store.CodecProtobuf && !c.Encrypted() && !cacheable(ro) {
-		e.tail.m = m
+	if m, ok := obj.(reverseMarshaler); ok && ti.enc == store.CodecKubeProtobuf && !c.Encrypted() && !cacheable(ro) {
+		e.tail.m, e.tail.ti = m, ti
 		raw, err := e.rb.AppendTail(key, r, &e.tail)
-		e.tail.m = nil
+		e.tail.m, e.tail.ti = nil, nil
 		if err != nil {
-			return nil, fmt.Errorf("codec: encode %s %q: %w", c.kind, key, err)
+			return nil, fmt.Errorf("codec: encode %s %q: %w", ti.enc, key, err)
 		}
 		return raw, nil
 	}
-	if r.Payload, err = c.payload(key, obj, ro, r); err != nil {
+	if r.Payload, err = c.payload(key, ro, ti, r); err != nil {
 		return nil, err
 	}
 	return e.rb.Append(key, r)
@@ -63,14 +63,45 @@ func cacheable(o runtime.Object) bool {
 	return ok
 }
 
-// protoTail is a store.TailWriter over MarshalToSizedBuffer, which writes
-// from the end of its buffer and panics with an index error when the
-// buffer is shorter than Size: that panic is the "too short" answer.
-type protoTail struct{ m reverseMarshaler }
+// protoTail is a store.TailWriter of a CodecKubeProtobuf payload over
+// MarshalToSizedBuffer, which writes from the end of its buffer and panics
+// with an index error when the buffer is shorter than Size: that panic is
+// the "too short" answer. The object's raw protobuf goes first, before the
+// payload's trailer; its head (magic, kind, length) is then written in
+// front of it.
+type protoTail struct {
+	m    reverseMarshaler
+	ti   *typeInfo
+	head []byte // reused
+}
 
-func (p *protoTail) Size() int { return p.m.Size() }
+func (p *protoTail) Size() int {
+	size := p.m.Size()
+	p.head = store.AppendKubeProtobufHead(p.head[:0], p.ti.apiVersion, p.ti.kind, size)
+	return len(p.head) + size + store.KubeProtobufTrailerLen
+}
 
 func (p *protoTail) WriteTail(dst []byte) (n int, ok bool, err error) {
+	if len(dst) < store.KubeProtobufTrailerLen {
+		return 0, false, nil
+	}
+	end := len(dst) - store.KubeProtobufTrailerLen
+	store.AppendKubeProtobufTrailer(dst[end:end])
+	raw, ok, err := p.marshal(dst[:end])
+	if !ok || err != nil {
+		return 0, ok, err
+	}
+	p.head = store.AppendKubeProtobufHead(p.head[:0], p.ti.apiVersion, p.ti.kind, raw)
+	start := end - raw - len(p.head)
+	if start < 0 {
+		return 0, false, nil
+	}
+	copy(dst[start:], p.head)
+	return len(dst) - start, true, nil
+}
+
+// marshal writes the raw protobuf into the end of dst.
+func (p *protoTail) marshal(dst []byte) (n int, ok bool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			if _, isRuntime := r.(goruntime.Error); !isRuntime {

@@ -2,11 +2,13 @@ package codec_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -96,8 +98,16 @@ func TestEncoderMatchesEncode(t *testing.T) {
 	}
 }
 
+// notRegistered is an object type no scheme knows.
+type notRegistered struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+}
+
+func (n *notRegistered) DeepCopyObject() runtime.Object { c := *n; return &c }
+
 // TestEncoderErrors: what Encode refuses, the Encoder refuses, and the
-// buffer stays usable.
+// buffer stays usable. Objects of other kinds of the scheme are stored.
 func TestEncoderErrors(t *testing.T) {
 	c, err := codec.New(&corev1.Pod{}, nil)
 	if err != nil {
@@ -106,10 +116,17 @@ func TestEncoderErrors(t *testing.T) {
 	var rb store.RecordBuffer
 	defer rb.Release()
 	enc := c.NewEncoder(&rb)
-	for _, obj := range []any{"a string", &corev1.Node{}} {
-		if _, err := enc.Encode("ns/x", obj, &store.Record{}); err == nil {
-			t.Errorf("%T: no error", obj)
+	for _, obj := range []any{"a string", &notRegistered{}, corev1.Pod{}} {
+		if _, err := enc.Encode("ns/x", obj, &store.Record{}); !errors.Is(err, codec.ErrUnsupportedType) {
+			t.Errorf("%T: %v", obj, err)
 		}
+		if err := c.Storable(obj); !errors.Is(err, codec.ErrUnsupportedType) {
+			t.Errorf("Storable(%T): %v", obj, err)
+		}
+	}
+	r := &store.Record{}
+	if _, err := enc.Encode("ns/x", &corev1.Node{}, r); err != nil || r.Type != "/v1, Kind=Node" {
+		t.Fatalf("a Node in a Pod informer: type %q, %v", r.Type, err)
 	}
 	if _, err := enc.Encode("ns/x", testobj.Pod(1, 1, 1, "1"), &store.Record{}); err != nil {
 		t.Fatal(err)
