@@ -26,6 +26,13 @@ type Health struct {
 	// undecodable records this start found (kept by it, or by an earlier
 	// start over the same damage), "" when there is none.
 	DamageCopy string `json:"damageCopy,omitempty"`
+	// NotPersisted are objects in the cache that cannot be written to the
+	// file (a transform returned a type the informer's scheme does not
+	// know, or an encoding failed), with why for one of them: while there
+	// are any, the informer commits nothing, so SavedResourceVersion stays
+	// where the file holds every object (normally 0).
+	NotPersisted      int    `json:"notPersisted,omitempty"`
+	NotPersistedError string `json:"notPersistedError,omitempty"`
 	// SavedResourceVersion is what a restart would resume from, committed
 	// at LastCommit.
 	SavedResourceVersion string    `json:"savedResourceVersion"`
@@ -82,6 +89,9 @@ func (s *Informer) Health() Health {
 	if p := s.damageCopy.Load(); p != nil {
 		h.DamageCopy = *p
 	}
+	if n, err := s.indexer.Unpersisted(); n > 0 {
+		h.NotPersisted, h.NotPersistedError = n, err.Error()
+	}
 	st := s.indexer.SavedState()
 	h.SavedResourceVersion, h.LastCommit = st.ResourceVersion, st.LastCommit
 	h.AppliedResourceVersion = s.indexer.ResourceVersion()
@@ -125,8 +135,9 @@ func (db *DB) Health() []Health {
 }
 
 // Healthy returns nil when every informer has synced, holds every object
-// it received with all its index values (see Health.IndexErrorObjects)
-// and the last group commit succeeded, else an error
+// it received with all its index values (see Health.IndexErrorObjects),
+// holds no object it cannot persist (Health.NotPersisted) and the last
+// group commit succeeded, else an error
 // wrapping ErrUnhealthy that says why. A lost uplink alone is not
 // unhealthy: the cache still serves.
 func (db *DB) Healthy() error {
@@ -141,6 +152,10 @@ func (db *DB) Healthy() error {
 		if h.IndexErrorObjects > 0 {
 			errs = append(errs, fmt.Errorf("%w: informer %q: %d objects stored without some index values (index functions failed): %s",
 				ErrUnhealthy, h.Informer, h.IndexErrorObjects, h.ApplyError))
+		}
+		if h.NotPersisted > 0 {
+			errs = append(errs, fmt.Errorf("%w: informer %q holds %d object(s) it cannot persist, and commits nothing until they are gone: %s",
+				ErrUnhealthy, h.Informer, h.NotPersisted, h.NotPersistedError))
 		}
 	}
 	return errors.Join(errs...)

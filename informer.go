@@ -131,6 +131,13 @@ type InformerOptions struct {
 	// one start. Current "" rewrites sealed records in plaintext: how to
 	// stop encrypting.
 	Keyring *Keyring
+	// Scheme knows the kinds of the objects the informer stores when they
+	// are not of the example's type: a transform may return any type the
+	// scheme knows (protobuf where the type has it, JSON otherwise), and
+	// *metav1.PartialObjectMetadata always. An object of a type it does
+	// not know is kept in memory and holds the file back (Health's
+	// NotPersisted). Default: client-go's kubernetes scheme.
+	Scheme *runtime.Scheme
 	// Logger; default the DB's.
 	Logger *klog.Logger
 }
@@ -286,6 +293,7 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		Mode:          o.Memory,
 		CacheSize:     o.CacheSize,
 		Keyring:       o.Keyring,
+		Scheme:        o.Scheme,
 		Committer:     db.committer,
 		Fresh:         !decision.Warm,
 		Identity:      identity,

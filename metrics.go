@@ -23,7 +23,7 @@ type metrics struct {
 	commitTime   prometheus.Histogram
 	commitErrors prometheus.Counter
 
-	objects, rvAge, size, depth, synced, events, relists, watches, watchErrors, start, undecodable, moment, catchup, partialRelists, indexErrors, refused *prometheus.Desc
+	objects, rvAge, size, depth, synced, events, relists, watches, watchErrors, start, undecodable, moment, catchup, partialRelists, indexErrors, refused, unpersisted *prometheus.Desc
 }
 
 func newMetrics(db *DB) *metrics {
@@ -53,6 +53,7 @@ func newMetrics(db *DB) *metrics {
 	m.undecodable = d("undecodable_objects_total", "Objects of the cache file found not to decode after the load (each makes the informer relist).", "informer")
 	m.indexErrors = d("index_errors_total", "Objects stored without the values of some index because an index function failed on them (stored and delivered all the same), one per write.", "informer")
 	m.refused = d("refused_objects_total", "Objects the cache refused to store (not delivered to the handlers either), one per write.", "informer")
+	m.unpersisted = d("unpersisted_objects", "Objects in the informer's cache that cannot be written to the file; while above 0 the informer commits nothing (normally 0).", "informer")
 	m.start = d("start_info", "How the informer started: mode warm or cold, with the reason.", "informer", "mode", "reason")
 	m.moment = d("start_moment_seconds", "Seconds from Run to each moment of the start that was reached: loaded (the cache serves), fresh (it equals the server's state), live (the server accepted a watch).", "informer", "moment")
 	m.partialRelists = d("partial_relists_total", "Relists (after a 410) answered with only the objects that changed, read one by one, instead of a list of every object (counted in relists_total too).", "informer")
@@ -78,7 +79,7 @@ func (m *metrics) onCommit(info store.CommitInfo) {
 
 // Describe implements prometheus.Collector for the scrape-time metrics.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.objects, m.rvAge, m.size, m.depth, m.synced, m.events, m.relists, m.watches, m.watchErrors, m.start, m.undecodable, m.moment, m.catchup, m.partialRelists, m.indexErrors, m.refused} {
+	for _, d := range []*prometheus.Desc{m.objects, m.rvAge, m.size, m.depth, m.synced, m.events, m.relists, m.watches, m.watchErrors, m.start, m.undecodable, m.moment, m.catchup, m.partialRelists, m.indexErrors, m.refused, m.unpersisted} {
 		ch <- d
 	}
 }
@@ -110,6 +111,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		counter(m.undecodable, float64(inf.counters.undecodable.Load()), inf.name)
 		counter(m.indexErrors, float64(inf.counters.indexErrors.Load()), inf.name)
 		counter(m.refused, float64(inf.counters.refused.Load()), inf.name)
+		n, _ := inf.indexer.Unpersisted()
+		gauge(m.unpersisted, float64(n), inf.name)
 		ws := inf.WatchStats()
 		counter(m.watches, float64(ws.Watches), inf.name)
 		counter(m.watchErrors, float64(ws.Errors), inf.name)
