@@ -31,10 +31,6 @@ var (
 	// ErrClosed means the DB (or committer) was used after Close.
 	ErrClosed = errors.New("store: cache file is closed")
 
-	// ErrInvalidKey means an object key cannot be stored (empty, too long
-	// or containing a NUL byte, which the index key encoding reserves).
-	ErrInvalidKey = errors.New("store: invalid object key")
-
 	// ErrInvalidName means an informer or index name cannot be stored.
 	ErrInvalidName = errors.New("store: invalid informer or index name")
 )

@@ -22,8 +22,9 @@ func (a *app) newCheckCommand() *cobra.Command {
 		Long: `check verifies the whole file: bbolt's page consistency check; every state
 record and object record decodes and its checksum matches; every index entry
 points to an object with that value and every object's values have entries;
-each state's object count is right (store.DB.Check); and every payload
-decodes, with its uid and resourceVersion equal to its envelope's. Encrypted
+each state's object count is right and every record's type is one its state
+names (store.DB.Check); and every payload decodes, is of the kind its record
+says, and has the uid and resourceVersion of its envelope. Encrypted
 payloads are decrypted with --key-file, or left out (their checksum is still
 verified). It exits with status 2 when it finds a problem, and prints them.
 An encrypted payload that does not decrypt with the keys of --key-file is not
