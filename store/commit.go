@@ -311,9 +311,25 @@ func (ib *informerBuckets) apply(op *Op) (int64, error) {
 	raw := ib.get(key)
 	if raw != nil && isEscaped(key) {
 		// Two keys whose SHA-256 agree would share a record: refuse
-		// rather than replace one object with the other.
+		// rather than replace one object with the other. (A damaged
+		// record there is replaced, as any damaged record.)
 		if h, err := scanLayout(raw, nil); err == nil && string(h.Key) != op.Key {
-			return 0, fmt.Errorf("escaped key %q is taken by key %q", key, h.Key)
+			if _, err := ViewRecord(string(h.Key), raw); err == nil {
+				return 0, fmt.Errorf("escaped key %q is taken by key %q", key, h.Key)
+			}
+		}
+	}
+	if raw == nil && op.Record == nil && isEscaped(keyBytes(op.Key)) {
+		// A damaged record under an escaped bucket key, whose own key
+		// could not be read, goes by its bucket key (Tx.ForEachRaw): its
+		// delete names that.
+		if d := ib.get(keyBytes(op.Key)); d != nil {
+			if _, err := recordKey(keyBytes(op.Key), d); err != nil {
+				if err := ib.scrubBucketKey(keyBytes(op.Key)); err != nil {
+					return 0, err
+				}
+				return -1, ib.objects.Delete(keyBytes(op.Key))
+			}
 		}
 	}
 	if raw != nil && op.Record != nil && !op.IndexOnly && op.Raw != nil && sameIndexed(op.Key, raw, op.Raw) {
@@ -449,6 +465,11 @@ func valuesOf(idx []IndexValues, index string) []string {
 
 // scrubIndexEntries removes every index entry of key, scanning all buckets.
 func (ib *informerBuckets) scrubIndexEntries(key string) error {
+	return ib.scrubBucketKey(bucketKey(key))
+}
+
+// scrubBucketKey removes every index entry of the bucket key bkey.
+func (ib *informerBuckets) scrubBucketKey(bkey []byte) error {
 	var names [][]byte
 	_ = ib.indexes.ForEachBucket(func(k []byte) error {
 		names = append(names, append([]byte(nil), k...))
@@ -457,7 +478,6 @@ func (ib *informerBuckets) scrubIndexEntries(key string) error {
 	for _, name := range names {
 		b := ib.indexes.Bucket(name)
 		var dead [][]byte
-		bkey := bucketKey(key)
 		c := b.Cursor()
 		for k, _ := c.First(); k != nil; k, _ = c.Next() {
 			if _, ek, ok := splitIndexEntryKey(k); ok && bytes.Equal(ek, bkey) {

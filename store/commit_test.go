@@ -1,9 +1,11 @@
 package store_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -498,6 +500,70 @@ func TestDamagedRecordOverwritten(t *testing.T) {
 		t.Errorf("count %d", st.Objects)
 	}
 	mustCheck(t, db)
+}
+
+// TestDamagedEscapedRecord: a damaged record under an escaped bucket key
+// is overwritten by its key's next write (not taken for another key's),
+// and one whose own key cannot be read is found under its bucket key
+// (Tx.ForEachRaw) and deleted by that name.
+func TestDamagedEscapedRecord(t *testing.T) {
+	db := openT(t, tempPath(t), nil)
+	long := strings.Repeat("k", 17<<10)
+	_, r := podRecord(t, 1, "1")
+	other := *r
+	st := &store.State{ResourceVersion: "1", Indexes: []string{"namespace", "node"}}
+	if err := db.Commit(&store.Batch{Informer: "pods", Ops: []store.Op{{Key: long, Record: r}, {Key: "", Record: &other}}, State: st}); err != nil {
+		t.Fatal(err)
+	}
+	bk := bucketKeyOf(long)
+	good := rawAt(t, db, "pods", bk)
+	// A flipped byte in the Key field: the layout reads, the key does not
+	// hash to the bucket key, the checksum fails.
+	bad := bytes.Clone(good)
+	i := bytes.Index(bad, []byte(long))
+	bad[i+5] ^= 0x01
+	putRaw(t, db, "pods", string(bk), bad)
+	var found []string
+	_ = db.View(func(tx *store.Tx) error {
+		return tx.ForEachRaw("pods", func(key string, _ []byte) error {
+			found = append(found, key)
+			return nil
+		})
+	})
+	if !slices.Contains(found, string(bk)) {
+		t.Fatalf("ForEachRaw did not pass the damaged record under its bucket key: %.40q", found)
+	}
+	if probs, _ := db.Check(nil); len(probs) == 0 {
+		t.Fatal("Check found nothing")
+	}
+	// Rewritten by its key.
+	if err := db.Commit(&store.Batch{Informer: "pods", Ops: []store.Op{{Key: long, Record: r}}, State: &store.State{ResourceVersion: "2", Indexes: st.Indexes}}); err != nil {
+		t.Fatal(err)
+	}
+	mustCheck(t, db)
+	// Damaged again, then deleted by its bucket key's name.
+	putRaw(t, db, "pods", string(bk), bad)
+	if err := db.Commit(&store.Batch{Informer: "pods", Ops: []store.Op{{Key: string(bk)}}, State: &store.State{ResourceVersion: "3", Indexes: st.Indexes}}); err != nil {
+		t.Fatal(err)
+	}
+	mustCheck(t, db)
+	if got := keys(t, db, "pods"); len(got) != 1 || got[0] != "" {
+		t.Fatalf("keys after the delete: %.40q", got)
+	}
+}
+
+// rawAt is the value stored under the bucket key bk.
+func rawAt(t *testing.T, db *store.DB, inf string, bk []byte) []byte {
+	t.Helper()
+	var out []byte
+	_ = db.View(func(tx *store.Tx) error {
+		out = bytes.Clone(tx.Bolt().Bucket([]byte("informers")).Bucket([]byte(inf)).Bucket([]byte("objects")).Get(bk))
+		return nil
+	})
+	if out == nil {
+		t.Fatalf("nothing under %q", bk)
+	}
+	return out
 }
 
 func TestDeleteInformer(t *testing.T) {
