@@ -51,6 +51,11 @@ type Health struct {
 	Loaded bool `json:"loaded"`
 	Fresh  bool `json:"fresh"`
 	Live   bool `json:"live"`
+	// LoadedAfter, FreshAfter and LiveAfter are the times from Run to
+	// each moment reached (0 until then).
+	LoadedAfter time.Duration `json:"loadedAfter,omitempty"`
+	FreshAfter  time.Duration `json:"freshAfter,omitempty"`
+	LiveAfter   time.Duration `json:"liveAfter,omitempty"`
 	// FreshResourceVersion is the server's resourceVersion the cache was
 	// found equal to ("" until fresh, or when freshness came from the
 	// first watch event: see FreshFallback).
@@ -108,6 +113,16 @@ func (s *Informer) Health() Health {
 		h.ApplyError = err.Error()
 	}
 	h.Loaded, h.Fresh, h.Live = s.loaded.reached(), s.fresh.reached(), s.live.reached()
+	if run := s.runStarted.Load(); run != 0 {
+		for _, m := range []struct {
+			mo *moment
+			at *time.Duration
+		}{{s.loaded, &h.LoadedAfter}, {s.fresh, &h.FreshAfter}, {s.live, &h.LiveAfter}} {
+			if at := m.mo.at.Load(); at != 0 {
+				*m.at = time.Duration(at - run)
+			}
+		}
+	}
 	if rv := s.freshSt.rv.Load(); rv != nil && h.Fresh {
 		h.FreshResourceVersion = *rv
 	}
