@@ -99,8 +99,12 @@ type freshState struct {
 	// list is the warm start's metadata list, kept for a relist that
 	// follows (the resumed watch's 410 comes moments later after an
 	// apiserver restart): partialRelist takes it instead of listing
-	// again, when it is not older than the cache.
-	list     atomic.Pointer[metav1.PartialObjectMetadataList]
+	// again, within listReuse and when it is not older than the cache.
+	list atomic.Pointer[timedList]
+	// flightMu guards flight, the metadata list in progress, which a
+	// second caller joins instead of listing again.
+	flightMu sync.Mutex
+	flight   *metaCall
 	fallback atomic.Pointer[string] // why freshness is the first watch event
 }
 
@@ -177,7 +181,7 @@ func (s *Informer) runFresh(ctx context.Context) {
 	var list *metav1.PartialObjectMetadataList
 	for {
 		var err error
-		list, err = reflector.ListAllMetadata(ctx, s.metadata)
+		list, err = s.listMetadata(ctx)
 		if err == nil {
 			break
 		}
@@ -194,7 +198,7 @@ func (s *Informer) runFresh(ctx context.Context) {
 		case <-s.db.clock.After(backoff.Step()):
 		}
 	}
-	s.freshSt.list.Store(list)
+	s.freshSt.list.Store(&timedList{list: list, at: s.db.clock.Now()})
 	// The diff and the catch-up it plans are installed together, between
 	// two batches of the informer loop: no event slips in between.
 	s.blockDeltas.Lock()
@@ -296,13 +300,14 @@ func (s *Informer) partialRelist(ctx context.Context, _ metav1.ListOptions) (run
 	if s.metadata == nil || s.getter == nil || s.partialRatio < 0 {
 		return nil, nil
 	}
-	list := s.freshSt.list.Swap(nil)
-	if list != nil && !notOlder(list.ResourceVersion, s.indexer.ResourceVersion()) {
-		list = nil
-	}
-	if list == nil {
+	var list *metav1.PartialObjectMetadataList
+	if t := s.freshSt.list.Swap(nil); t != nil && s.db.clock.Since(t.at) < listReuse && notOlder(t.list.ResourceVersion, s.indexer.ResourceVersion()) {
+		list = t.list
+	} else {
+		// Joins the warm start's list if it is still in flight (the
+		// resumed watch's 410 comes moments after an apiserver restart).
 		var err error
-		if list, err = reflector.ListAllMetadata(ctx, s.metadata); err != nil {
+		if list, err = s.listMetadata(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -343,6 +348,49 @@ func (s *Informer) partialRelist(ctx context.Context, _ metav1.ListOptions) (run
 	s.logger.V(1).Info("Relist with only what changed", "resourceVersion", plan.ResourceVersion,
 		"fetched", len(objs), "deleted", len(plan.GoneKeys()), "objects", len(list.Items))
 	return out, nil
+}
+
+// listReuse bounds how old a warm start's metadata list may be for a
+// relist to take it.
+const listReuse = 30 * time.Second
+
+// timedList is a metadata list and when it was taken.
+type timedList struct {
+	list *metav1.PartialObjectMetadataList
+	at   time.Time
+}
+
+// metaCall is a metadata list in progress; done is closed when list and
+// err are set.
+type metaCall struct {
+	done chan struct{}
+	list *metav1.PartialObjectMetadataList
+	err  error
+}
+
+// listMetadata lists the server's metadata, or waits for the list already
+// in progress and shares its answer.
+func (s *Informer) listMetadata(ctx context.Context) (*metav1.PartialObjectMetadataList, error) {
+	st := &s.freshSt
+	st.flightMu.Lock()
+	if c := st.flight; c != nil {
+		st.flightMu.Unlock()
+		select {
+		case <-c.done:
+			return c.list, c.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	c := &metaCall{done: make(chan struct{})}
+	st.flight = c
+	st.flightMu.Unlock()
+	c.list, c.err = reflector.ListAllMetadata(ctx, s.metadata)
+	st.flightMu.Lock()
+	st.flight = nil
+	st.flightMu.Unlock()
+	close(c.done)
+	return c.list, c.err
 }
 
 // notOlder reports whether resourceVersion a is at or after b (false when
