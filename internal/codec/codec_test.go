@@ -156,7 +156,11 @@ func BenchmarkPayload(b *testing.B) {
 		encode func() []byte
 		decode func([]byte) error
 	}{
-		{"codec=protobuf", func() []byte { r, _ := pb.Encode("k", pod); return r.Payload }, func(p []byte) error {
+		{"codec=kube-protobuf", func() []byte { r, _ := pb.Encode("k", pod); return r.Payload }, func(p []byte) error {
+			_, err := pb.Decode("k", &store.Record{Codec: store.CodecKubeProtobuf, Payload: p})
+			return err
+		}},
+		{"codec=protobuf", func() []byte { p, _ := pod.Marshal(); return p }, func(p []byte) error {
 			_, err := pb.Decode("k", &store.Record{Codec: store.CodecProtobuf, Payload: p})
 			return err
 		}},
