@@ -61,6 +61,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzContinue$$' -fuzztime $(FUZZRUNS)x -fuzzminimizetime 10x ./localapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime 5000x -fuzzminimizetime 10x ./localapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZRUNS)x -fuzzminimizetime 10x ./internal/powerloss/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZRUNS)x -fuzzminimizetime 10x ./internal/encryptionconfig/
 
 # End-to-end tests against a real kube-apiserver + etcd on 127.0.0.1 (the
 # harness builds it once, ~6 minutes cold, then caches the binary).

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
 
-	"github.com/boltinformer/boltinformer/internal/codec"
+	"github.com/boltinformer/boltinformer/internal/encryptionconfig"
 	"github.com/boltinformer/boltinformer/store"
 )
 
@@ -38,11 +38,11 @@ commands do for a wrong key.`,
 			if err := p.validate(); err != nil {
 				return err
 			}
-			keyring, err := readKeyFile(a.keyFile)
+			keys, err := readKeyFile(a.keyFile)
 			if err != nil {
 				return err
 			}
-			return a.check(cmd, args[0], keyring, maxProblems, p)
+			return a.check(cmd, args[0], keys, maxProblems, p)
 		},
 	}
 	p = addPrintFlags(cmd, formatTable, formatJSON, formatYAML)
@@ -80,7 +80,7 @@ type checkProblem struct {
 	Message  string `json:"message"`
 }
 
-func (a *app) check(cmd *cobra.Command, path string, keyring *codec.Keyring, maxProblems int, p *printFlags) error {
+func (a *app) check(cmd *cobra.Command, path string, keys *encryptionconfig.Config, maxProblems int, p *printFlags) error {
 	rep := &checkReport{File: path, Informers: []checkInformer{}, Problems: []checkProblem{}, KeyErrors: []checkProblem{}}
 	db, err := a.open(path)
 	if err != nil {
@@ -109,7 +109,7 @@ func (a *app) check(cmd *cobra.Command, path string, keyring *codec.Keyring, max
 			if len(rep.Problems) >= maxProblems {
 				break
 			}
-			rep.Informers = append(rep.Informers, checkPayloads(tx, inf, keyring, rep, maxProblems))
+			rep.Informers = append(rep.Informers, checkPayloads(tx, inf, keys, rep, maxProblems))
 		}
 		return nil
 	})
@@ -127,13 +127,13 @@ func (a *app) check(cmd *cobra.Command, path string, keyring *codec.Keyring, max
 }
 
 // checkPayloads decodes every payload of inf, adding problems to rep.
-func checkPayloads(tx *store.Tx, inf string, keyring *codec.Keyring, rep *checkReport, maxProblems int) checkInformer {
+func checkPayloads(tx *store.Tx, inf string, keys *encryptionconfig.Config, rep *checkReport, maxProblems int) checkInformer {
 	ci := checkInformer{Name: inf, Indexes: len(tx.Indexes(inf))}
 	problem := func(format string, args ...any) {
 		rep.Problems = append(rep.Problems, checkProblem{Informer: inf, Message: fmt.Sprintf(format, args...)})
 	}
 	st, _ := tx.State(inf) // a damaged state is one of db.Check's problems
-	d := newDecoder(inf, st, keyring)
+	d := newDecoder(inf, st, keys)
 	_ = tx.ForEachRaw(inf, func(key string, raw []byte) error {
 		ci.Objects++
 		r, err := store.DecodeRecord(key, raw)
@@ -142,9 +142,10 @@ func checkPayloads(tx *store.Tx, inf string, keyring *codec.Keyring, rep *checkR
 		}
 		o, err := d.decode(key, r)
 		switch {
-		case errors.Is(err, codec.ErrEncrypted):
+		case err == nil && o.keyErr != nil && keys == nil:
 			ci.Encrypted++
-		case errors.Is(err, codec.ErrWrongKey):
+		case err == nil && o.keyErr != nil:
+			err = o.keyErr
 			// The record's checksum covers the sealed payload and
 			// db.Check verified it: the key is wrong, not the file.
 			ci.KeyErrors++

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/boltinformer/boltinformer/internal/codec"
+	"github.com/boltinformer/boltinformer/internal/encryptionconfig"
 	"github.com/boltinformer/boltinformer/internal/safefile"
 	"github.com/boltinformer/boltinformer/store"
 )
@@ -45,7 +45,7 @@ a terminal (--progress=auto) or always (--progress=always).`,
 			default:
 				return fmt.Errorf("--progress %q: want auto, always or never", o.progress)
 			}
-			keyring, err := readKeyFile(a.keyFile)
+			keys, err := readKeyFile(a.keyFile)
 			if err != nil {
 				return err
 			}
@@ -53,7 +53,7 @@ a terminal (--progress=auto) or always (--progress=always).`,
 			if len(args) == 2 {
 				informer = args[1]
 			}
-			return a.export(cmd, args[0], informer, &o, keyring, p)
+			return a.export(cmd, args[0], informer, &o, keys, p)
 		},
 	}
 	p = addPrintFlags(cmd, formatJSON, formatYAML, formatJSONL)
@@ -62,7 +62,7 @@ a terminal (--progress=auto) or always (--progress=always).`,
 	return cmd
 }
 
-func (a *app) export(cmd *cobra.Command, path, informer string, o *exportOptions, keyring *codec.Keyring, p *printFlags) (err error) {
+func (a *app) export(cmd *cobra.Command, path, informer string, o *exportOptions, keys *encryptionconfig.Config, p *printFlags) (err error) {
 	db, err := a.open(path)
 	if err != nil {
 		return err
@@ -114,7 +114,7 @@ func (a *app) export(cmd *cobra.Command, path, informer string, o *exportOptions
 			if st != nil {
 				total += st.Objects
 			}
-			decoders[inf] = newDecoder(inf, st, keyring)
+			decoders[inf] = newDecoder(inf, st, keys)
 			if err := keysWork(tx, inf, decoders[inf]); err != nil {
 				return err
 			}

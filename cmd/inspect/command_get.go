@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/boltinformer/boltinformer/internal/codec"
+	"github.com/boltinformer/boltinformer/internal/encryptionconfig"
 	"github.com/boltinformer/boltinformer/store"
 )
 
@@ -28,18 +28,18 @@ when that is unique ("pods" for "v1/pods").`,
 			if err := p.validate(); err != nil {
 				return err
 			}
-			keyring, err := readKeyFile(a.keyFile)
+			keys, err := readKeyFile(a.keyFile)
 			if err != nil {
 				return err
 			}
-			return a.get(cmd, args[0], args[1], args[2], keyring, p)
+			return a.get(cmd, args[0], args[1], args[2], keys, p)
 		},
 	}
 	p = addPrintFlags(cmd, formatTable, formatWide, formatName, formatJSON, formatYAML)
 	return cmd
 }
 
-func (a *app) get(cmd *cobra.Command, path, informer, key string, keyring *codec.Keyring, p *printFlags) error {
+func (a *app) get(cmd *cobra.Command, path, informer, key string, keys *encryptionconfig.Config, p *printFlags) error {
 	return a.view(path, func(_ *store.DB, tx *store.Tx) error {
 		inf, err := resolveInformer(tx, informer)
 		if err != nil {
@@ -52,10 +52,13 @@ func (a *app) get(cmd *cobra.Command, path, informer, key string, keyring *codec
 		if r == nil {
 			return fmt.Errorf("informer %q has no object %q", inf, key)
 		}
-		d := newDecoder(inf, informerState(cmd, tx, inf), keyring)
+		d := newDecoder(inf, informerState(cmd, tx, inf), keys)
 		o, err := d.decode(key, r)
 		if err != nil {
 			return err
+		}
+		if o.keyErr != nil {
+			return o.keyErr
 		}
 		if err := printObject(cmd.OutOrStdout(), p, o, d, a); err != nil {
 			return err

@@ -90,13 +90,13 @@ func TestGetErrors(t *testing.T) {
 		want string
 	}{
 		{"no key", path, []string{"secrets", "prod/db"}, exitFailure,
-			`inspect: informer "v1/secrets": object "prod/db" is encrypted (key id "k1"): pass --key-file FILE (lines "keyid:base64key")`},
+			`inspect: informer "v1/secrets": object "prod/db" is encrypted (key id "k1"): pass --key-file FILE (an EncryptionConfiguration with the keys of secrets)`},
 		{"wrong key", path, []string{"secrets", "prod/db", "--key-file", keyFile(t, wrongKey)}, exitFailure,
 			`inspect: informer "v1/secrets": object "prod/db" does not decrypt with key "k1" of --key-file: wrong key`},
 		{"other key id", path, []string{"secrets", "prod/db", "--key-file", otherKeyFile(t)}, exitFailure,
-			`inspect: informer "v1/secrets": object "prod/db" is encrypted with key id "k1", which --key-file does not have (it has k2)`},
+			`inspect: informer "v1/secrets": object "prod/db" is encrypted with key id "k1", which --key-file does not have for secrets (it has k2)`},
 		{"bad key file", path, []string{"secrets", "prod/db", "--key-file", path}, exitFailure,
-			"inspect: --key-file $FILE: line 1: want keyid:base64key"},
+			"inspect: --key-file: $FILE: encryptionconfig: invalid EncryptionConfiguration: "},
 		{"no object", path, []string{"pods", "ns-0/nope"}, exitFailure, `inspect: informer "v1/pods" has no object "ns-0/nope"`},
 		{"no informer", path, []string{"nodes", "n1"}, exitFailure,
 			`inspect: no informer "nodes" (informers: dynamic/example.com/v1/widgets, example.com/v1/gadgets, v1/pods, v1/secrets)`},

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/boltinformer/boltinformer/internal/codec"
+	"github.com/boltinformer/boltinformer/internal/encryptionconfig"
 	"github.com/boltinformer/boltinformer/store"
 )
 
@@ -42,11 +42,11 @@ the index bucket; repeat it to intersect).`,
 			if err != nil {
 				return fmt.Errorf("-l %q: %w", o.selector, err)
 			}
-			keyring, err := readKeyFile(a.keyFile)
+			keys, err := readKeyFile(a.keyFile)
 			if err != nil {
 				return err
 			}
-			return a.list(cmd, args[0], args[1], &o, sel, keyring, p)
+			return a.list(cmd, args[0], args[1], &o, sel, keys, p)
 		},
 	}
 	cmd.Flags().StringVarP(&o.namespace, "namespace", "n", "", "only objects of this namespace")
@@ -56,18 +56,18 @@ the index bucket; repeat it to intersect).`,
 	return cmd
 }
 
-func (a *app) list(cmd *cobra.Command, path, informer string, o *listOptions, sel labels.Selector, keyring *codec.Keyring, p *printFlags) error {
+func (a *app) list(cmd *cobra.Command, path, informer string, o *listOptions, sel labels.Selector, keys *encryptionconfig.Config, p *printFlags) error {
 	return a.view(path, func(_ *store.DB, tx *store.Tx) error {
 		inf, err := resolveInformer(tx, informer)
 		if err != nil {
 			return err
 		}
-		keys, err := indexedKeys(tx, inf, o.indexes)
+		objKeys, err := indexedKeys(tx, inf, o.indexes)
 		if err != nil {
 			return err
 		}
 		st := informerState(cmd, tx, inf)
-		d := newDecoder(inf, st, keyring)
+		d := newDecoder(inf, st, keys)
 		rv := ""
 		if st != nil {
 			rv = st.ResourceVersion
@@ -82,7 +82,7 @@ func (a *app) list(cmd *cobra.Command, path, informer string, o *listOptions, se
 		}
 		var envelopes, failed, unlabelled int
 		prefix := o.namespace + "/"
-		dangling, err := scanObjects(tx, inf, keys, d, func(key string) bool {
+		dangling, err := scanObjects(tx, inf, objKeys, d, func(key string) bool {
 			return o.namespace == "" || strings.HasPrefix(key, prefix)
 		}, func(obj *object) error {
 			if !sel.Empty() {
@@ -189,6 +189,9 @@ func scanObjects(tx *store.Tx, inf string, keys []string, d *decoder, filter fun
 		if err != nil {
 			return err
 		}
+		if o.keyErr != nil {
+			return o.keyErr
+		}
 		return fn(o)
 	}
 	if keys == nil {
@@ -216,7 +219,10 @@ func keysWork(tx *store.Tx, inf string, d *decoder) error {
 	var err error
 	_ = tx.ForEachRaw(inf, func(key string, raw []byte) error {
 		if r, derr := store.DecodeRecord(key, raw); derr == nil {
-			_, err = d.decode(key, r)
+			var o *object
+			if o, err = d.decode(key, r); err == nil && o.keyErr != nil {
+				err = o.keyErr
+			}
 		}
 		return errStopScan
 	})

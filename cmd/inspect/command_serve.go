@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
-	"github.com/boltinformer/boltinformer/internal/codec"
+	"github.com/boltinformer/boltinformer/internal/encryptionconfig"
 	"github.com/boltinformer/boltinformer/localapi"
 	"github.com/boltinformer/boltinformer/store"
 )
@@ -59,11 +59,11 @@ list. It runs until interrupted.`,
   kubectl --kubeconfig /tmp/cache.kubeconfig get pods -A`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			keyring, err := readKeyFile(a.keyFile)
+			keys, err := readKeyFile(a.keyFile)
 			if err != nil {
 				return err
 			}
-			return a.serve(cmd, args[0], &o, keyring)
+			return a.serve(cmd, args[0], &o, keys)
 		},
 	}
 	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:0", `loopback address to serve on with TLS ("" for none)`)
@@ -74,11 +74,11 @@ list. It runs until interrupted.`,
 	return cmd
 }
 
-func (a *app) serve(cmd *cobra.Command, path string, o *serveOptions, keyring *codec.Keyring) error {
+func (a *app) serve(cmd *cobra.Command, path string, o *serveOptions, keys *encryptionconfig.Config) error {
 	if o.listen == "" && o.socket == "" {
 		return errors.New("nothing to serve on: give --listen or --socket")
 	}
-	snaps, err := a.snapshots(cmd, path, keyring)
+	snaps, err := a.snapshots(cmd, path, keys)
 	if err != nil {
 		return err
 	}
@@ -173,12 +173,12 @@ func serveAll(h *localapi.Handler, listeners []net.Listener, out io.Writer, kube
 
 // snapshots reads every informer of the file: its objects, state and kind.
 // An informer that cannot be served whole is refused with the reason.
-func (a *app) snapshots(cmd *cobra.Command, path string, keyring *codec.Keyring) ([]localapi.Snapshot, error) {
+func (a *app) snapshots(cmd *cobra.Command, path string, keys *encryptionconfig.Config) ([]localapi.Snapshot, error) {
 	var snaps []localapi.Snapshot
 	err := a.view(path, func(_ *store.DB, tx *store.Tx) error {
 		for _, inf := range tx.Informers() {
 			st := informerState(cmd, tx, inf)
-			d := newDecoder(inf, st, keyring)
+			d := newDecoder(inf, st, keys)
 			s := localapi.Snapshot{Informer: inf, Kind: d.kind}
 			if st == nil || !st.Synced {
 				s.Refused = "the file holds no complete list of it"

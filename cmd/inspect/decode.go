@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/boltinformer/boltinformer/internal/codec"
+	"github.com/boltinformer/boltinformer/internal/encryptionconfig"
 	"github.com/boltinformer/boltinformer/store"
 )
 
@@ -33,6 +34,11 @@ type object struct {
 	// payload); reason says why obj is nil either way.
 	failed bool
 	reason string
+	// keyErr, when set, is why an encrypted payload was not decrypted (no
+	// --key-file, or one without the key that opens it): an *exitError
+	// wrapping codec.ErrEncrypted or codec.ErrWrongKey. The object is its
+	// envelope.
+	keyErr error
 }
 
 // namespaceName splits the object's key.
@@ -57,18 +63,27 @@ func (o *object) printable() any {
 type decoder struct {
 	informer string
 	kind     schema.GroupVersionKind // the informer's objects', may be empty
-	keyring  *codec.Keyring
+	resource schema.GroupResource    // what the key file names them by
+	keys     *encryptionconfig.Config
+	keyring  *codec.Keyring // keys' for resource, or nil
 	codecs   map[schema.GroupVersionKind]*codec.Codec
 	raw      *codec.Codec
 }
 
-func newDecoder(informer string, st *store.State, keyring *codec.Keyring) *decoder {
-	return &decoder{informer: informer, kind: informerKind(st), keyring: keyring, codecs: map[schema.GroupVersionKind]*codec.Codec{}}
+// newDecoder returns the decoder of an informer, whose payloads are
+// decrypted with the keys that the key file (nil: none) has for its
+// resource.
+func newDecoder(informer string, st *store.State, keys *encryptionconfig.Config) *decoder {
+	d := &decoder{informer: informer, kind: informerKind(st), resource: informerResource(informer, st), keys: keys,
+		codecs: map[schema.GroupVersionKind]*codec.Codec{}}
+	d.keyring = keys.For(d.resource)
+	return d
 }
 
 // decode returns the object of a record stored under key. A payload that
-// does not decode is returned as its envelope with the reason; the error
-// is for missing or wrong decryption keys only.
+// does not decode is returned as its envelope with the reason (keyErr set
+// when a key is missing or wrong); the error is for a key file whose keys
+// do not build (never, once parsed).
 func (d *decoder) decode(key string, r *store.Record) (*object, error) {
 	// The payload's type: the record's Type, or the informer's (the state's
 	// kind; else the TypeMeta the object had, if any).
@@ -133,13 +148,42 @@ func (d *decoder) decode(key string, r *store.Record) (*object, error) {
 	return o, nil
 }
 
-// failure records a payload that did not decode; key trouble is an error.
+// failure records a payload that did not decode: damage, or a key that is
+// missing or wrong (keyErr).
 func (d *decoder) failure(o *object, r *store.Record, err error) error {
 	if errors.Is(err, codec.ErrEncrypted) || errors.Is(err, codec.ErrWrongKey) {
-		return keyError(d.informer, o.key, r, d.keyring, err)
+		o.keyErr = d.keyProblem(o.key, r, err)
+		o.reason = o.keyErr.Error()
+		return nil
 	}
 	o.failed, o.reason = true, err.Error()
 	return nil
+}
+
+// keyProblem explains a payload that could not be decrypted.
+func (d *decoder) keyProblem(key string, r *store.Record, err error) error {
+	res := resourceName(d.resource)
+	var msg string
+	switch {
+	case d.keys == nil:
+		msg = fmt.Sprintf("informer %q: object %q is encrypted (key id %q): pass --key-file FILE (an EncryptionConfiguration with the keys of %s)",
+			d.informer, key, r.KeyID, res)
+	case d.keyring == nil:
+		var with []string
+		for _, kr := range d.keys.Resources {
+			if kr.Keyring != nil {
+				with = append(with, kr.Name)
+			}
+		}
+		msg = fmt.Sprintf("informer %q: object %q is encrypted (key id %q), and --key-file has no keys for %s (it has keys for %s)",
+			d.informer, key, r.KeyID, res, orNone(strings.Join(with, ", ")))
+	case d.keyring.Keys[r.KeyID] == nil:
+		msg = fmt.Sprintf("informer %q: object %q is encrypted with key id %q, which --key-file does not have for %s (it has %s)",
+			d.informer, key, r.KeyID, res, strings.Join(d.keyring.IDs(), ", "))
+	default:
+		msg = fmt.Sprintf("informer %q: object %q does not decrypt with key %q of --key-file: wrong key", d.informer, key, r.KeyID)
+	}
+	return &exitError{code: exitFailure, err: err, msg: msg}
 }
 
 func (d *decoder) codecFor(gvk schema.GroupVersionKind) (*codec.Codec, error) {

@@ -236,11 +236,28 @@ func pageSized(t *testing.T) {
 	}
 }
 
-// keyFile writes a --key-file with key as testKeyID.
+// keyFile writes a --key-file (an EncryptionConfiguration) with key as
+// testKeyID for Secrets.
 func keyFile(t *testing.T, key []byte) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "keys")
-	data := fmt.Sprintf("# test keys\n%s:%s\n", testKeyID, base64.StdEncoding.EncodeToString(key))
+	return writeKeyFile(t, "keys", testKeyID, key)
+}
+
+// writeKeyFile writes an EncryptionConfiguration with one aesgcm key for
+// Secrets.
+func writeKeyFile(t *testing.T, name, id string, key []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	data := fmt.Sprintf(`apiVersion: apiserver.config.k8s.io/v1
+kind: EncryptionConfiguration
+resources:
+- resources: [secrets]
+  providers:
+  - aesgcm:
+      keys:
+      - name: %s
+        secret: %s
+`, id, base64.StdEncoding.EncodeToString(key))
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -334,9 +351,5 @@ func emptyFile(t *testing.T) string {
 // otherKeyFile has one key, of another id than the fixture's.
 func otherKeyFile(t *testing.T) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "other-keys")
-	if err := os.WriteFile(path, []byte("k2:"+base64.StdEncoding.EncodeToString(testKey)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeKeyFile(t, "other-keys", "k2", testKey)
 }

@@ -1,79 +1,63 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/base64"
 	"fmt"
-	"os"
 	"strings"
-	"unicode"
 
-	"github.com/boltinformer/boltinformer/internal/codec"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/boltinformer/boltinformer/internal/encryptionconfig"
+	"github.com/boltinformer/boltinformer/store"
 )
 
-// readKeyFile parses a --key-file: one key per line as
-//
-//	keyid:base64key
-//
-// where keyid is the id records name (store.Record.KeyID, the Keyring's
-// map key) and base64key the AES key (16, 24 or 32 bytes) in standard
-// base64, padded or not. Blank lines and lines starting with '#' are
-// ignored. The first key is the keyring's current key (inspect only
-// decrypts, so which one does not matter). An empty path means no keys.
-func readKeyFile(path string) (*codec.Keyring, error) {
+// readKeyFile reads a --key-file: a Kubernetes EncryptionConfiguration
+// (apiserver.config.k8s.io/v1, aesgcm providers with named keys), the file
+// the agent's keys come from (boltinformer.ReadEncryptionConfiguration
+// reads the same). Each informer is decrypted with the keys of the entry
+// naming its resource. An empty path means no keys.
+func readKeyFile(path string) (*encryptionconfig.Config, error) {
 	if path == "" {
 		return nil, nil
 	}
-	data, err := os.ReadFile(path)
+	c, err := encryptionconfig.Read(path)
 	if err != nil {
 		return nil, fmt.Errorf("--key-file: %w", err)
 	}
-	k, err := parseKeys(data)
-	if err != nil {
-		return nil, fmt.Errorf("--key-file %s: %w", path, err)
-	}
-	return k, nil
+	return c, nil
 }
 
-func parseKeys(data []byte) (*codec.Keyring, error) {
-	k := &codec.Keyring{Keys: map[string][]byte{}}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		id, b64, ok := strings.Cut(line, ":")
-		id, b64 = strings.TrimSpace(id), strings.TrimSpace(b64)
-		if !ok || id == "" || b64 == "" || len(id) > 256 || strings.ContainsFunc(id, unicode.IsControl) {
-			return nil, fmt.Errorf("line %d: want keyid:base64key", n)
-		}
-		key, err := base64.StdEncoding.DecodeString(b64)
-		if err != nil {
-			key, err = base64.RawStdEncoding.DecodeString(b64)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("line %d: key %q is not base64", n, id)
-		}
-		switch len(key) {
-		case 16, 24, 32:
-		default:
-			return nil, fmt.Errorf("line %d: key %q is %d bytes, want 16, 24 or 32 (AES)", n, id, len(key))
-		}
-		if _, dup := k.Keys[id]; dup {
-			return nil, fmt.Errorf("line %d: key %q given twice", n, id)
-		}
-		k.Keys[id] = key
-		if k.Current == "" {
-			k.Current = id
+// informerResource is the resource of an informer's objects, as an
+// EncryptionConfiguration names it: from the state's Resource (a
+// GroupVersionResource, what a Factory records), else the plural of its
+// kind, else the informer's name ("v1/secrets", "apps/v1/deployments",
+// "dynamic/example.com/v1/widgets").
+func informerResource(informer string, st *store.State) schema.GroupResource {
+	if st != nil {
+		if gv, r, ok := strings.Cut(st.Resource, ", Resource="); ok && r != "" {
+			if g, err := schema.ParseGroupVersion(strings.TrimPrefix(gv, "/")); err == nil {
+				return schema.GroupResource{Group: g.Group, Resource: r}
+			}
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, err
+	if gvk := informerKind(st); gvk.Kind != "" {
+		plural, _ := meta.UnsafeGuessKindToResource(gvk)
+		return plural.GroupResource()
 	}
-	if len(k.Keys) == 0 {
-		return nil, fmt.Errorf("no keys")
+	parts := strings.Split(strings.TrimPrefix(informer, "dynamic/"), "/")
+	switch len(parts) {
+	case 2: // v1/secrets
+		return schema.GroupResource{Resource: parts[1]}
+	case 3: // apps/v1/deployments
+		return schema.GroupResource{Group: parts[0], Resource: parts[2]}
 	}
-	return k, nil
+	return schema.GroupResource{Resource: parts[len(parts)-1]}
+}
+
+// resourceName is gr as an EncryptionConfiguration writes it.
+func resourceName(gr schema.GroupResource) string {
+	if gr.Group == "" {
+		return gr.Resource
+	}
+	return gr.Resource + "." + gr.Group
 }

@@ -1,33 +1,58 @@
 package main
 
 import (
-	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/boltinformer/boltinformer/store"
 )
 
-func TestParseKeys(t *testing.T) {
-	k, err := parseKeys([]byte("# keys\n\n  old : AAAAAAAAAAAAAAAAAAAAAA==\nnew:" + strings.Repeat("A", 43) + "\n"))
+func TestReadKeyFile(t *testing.T) {
+	keys, err := readKeyFile(keyFile(t, testKey))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k.Current != "old" || len(k.Keys) != 2 || len(k.Keys["old"]) != 16 || !bytes.Equal(k.Keys["new"], make([]byte, 32)) {
+	if k := keys.For(schema.GroupResource{Resource: "secrets"}); k == nil || string(k.Keys[testKeyID]) != string(testKey) {
 		t.Fatalf("%+v", k)
 	}
-	for _, tc := range []struct{ in, want string }{
-		{"", "no keys"},
-		{"# only a comment\n", "no keys"},
-		{"k1\n", "line 1: want keyid:base64key"},
-		{":AAAA\n", "line 1: want keyid:base64key"},
-		{"\nk1:!!!\n", `line 2: key "k1" is not base64`},
-		{"k1:AAAA\n", `line 1: key "k1" is 3 bytes, want 16, 24 or 32 (AES)`},
-		{"k1:AAAAAAAAAAAAAAAAAAAAAA==\nk1:AAAAAAAAAAAAAAAAAAAAAA==\n", `line 2: key "k1" given twice`},
-	} {
-		if _, err := parseKeys([]byte(tc.in)); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
-			t.Errorf("%q: %v, want %s", tc.in, err, tc.want)
-		}
+	if k, err := readKeyFile(""); k != nil || err != nil {
+		t.Fatalf("no --key-file: %v %v", k, err)
 	}
-	if _, err := readKeyFile("/nonexistent/keys"); err == nil || !strings.HasPrefix(err.Error(), "--key-file: open /nonexistent/keys") {
+	if _, err := readKeyFile("/nonexistent/keys"); err == nil || !strings.HasPrefix(err.Error(), "--key-file: encryptionconfig: open /nonexistent/keys") {
 		t.Errorf("missing file: %v", err)
+	}
+	// The "keyid:base64key" lines of earlier versions are not read as
+	// something else: the error says what to write.
+	old := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(old, []byte("# keyid:base64key\nk1:BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readKeyFile(old); err == nil || !strings.Contains(err.Error(), `"keyid:base64key" lines of earlier versions; write an EncryptionConfiguration`) {
+		t.Errorf("old format: %v", err)
+	}
+}
+
+func TestInformerResource(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		st   *store.State
+		want schema.GroupResource
+	}{
+		{"v1/secrets", &store.State{Resource: "/v1, Resource=secrets"}, schema.GroupResource{Resource: "secrets"}},
+		{"x", &store.State{Resource: "apps/v1, Resource=deployments"}, schema.GroupResource{Group: "apps", Resource: "deployments"}},
+		{"x", &store.State{Kind: "/v1, Kind=Secret"}, schema.GroupResource{Resource: "secrets"}},
+		{"x", &store.State{Resource: "*v1.ConfigMap"}, schema.GroupResource{Resource: "configmaps"}},
+		{"v1/secrets", nil, schema.GroupResource{Resource: "secrets"}},
+		{"apps/v1/deployments", &store.State{}, schema.GroupResource{Group: "apps", Resource: "deployments"}},
+		{"dynamic/example.com/v1/widgets", nil, schema.GroupResource{Group: "example.com", Resource: "widgets"}},
+		{"widgets", nil, schema.GroupResource{Resource: "widgets"}},
+	} {
+		if got := informerResource(tc.name, tc.st); got != tc.want {
+			t.Errorf("%s %+v: %v, want %v", tc.name, tc.st, got, tc.want)
+		}
 	}
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/boltinformer/boltinformer/internal/codec"
 	"github.com/boltinformer/boltinformer/store"
 )
 
@@ -58,7 +57,7 @@ after --timeout if a running agent holds the file.`,
 	root.PersistentFlags().DurationVar(&a.timeout, "timeout", defaultTimeout,
 		"how long to wait for the file lock held by a running agent (0: do not wait)")
 	root.PersistentFlags().StringVar(&a.keyFile, "key-file", "",
-		`file of decryption keys for encrypted payloads, one "keyid:base64key" per line`)
+		"decryption keys for encrypted payloads: a Kubernetes EncryptionConfiguration (aesgcm providers with named keys), as the agent reads")
 	addOutputFlags(root)
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return checkOutputFlags(cmd) }
 	root.AddCommand(
@@ -146,27 +145,6 @@ func openError(path string, timeout time.Duration, err error) error {
 			"%s is damaged and cannot be read: %v", path, err)}
 	}
 	return err
-}
-
-// keyError explains a payload that could not be decrypted.
-func keyError(informer, key string, r *store.Record, keyring *codec.Keyring, err error) error {
-	var msg string
-	switch {
-	case errors.Is(err, codec.ErrEncrypted):
-		msg = fmt.Sprintf("informer %q: object %q is encrypted (key id %q): pass --key-file FILE (lines \"keyid:base64key\")",
-			informer, key, r.KeyID)
-	case keyring != nil && keyring.Keys[r.KeyID] == nil:
-		ids := make([]string, 0, len(keyring.Keys))
-		for id := range keyring.Keys {
-			ids = append(ids, id)
-		}
-		sort.Strings(ids)
-		msg = fmt.Sprintf("informer %q: object %q is encrypted with key id %q, which --key-file does not have (it has %s)",
-			informer, key, r.KeyID, strings.Join(ids, ", "))
-	default:
-		msg = fmt.Sprintf("informer %q: object %q does not decrypt with key %q of --key-file: wrong key", informer, key, r.KeyID)
-	}
-	return &exitError{code: exitFailure, err: err, msg: msg}
 }
 
 // view opens path and runs fn in one read transaction.
