@@ -32,7 +32,7 @@ const maxApplyErrors = 10
 
 // ApplyError is what an informer reports when it could not apply objects
 // of one watch batch or list as received. It wraps ErrApply and the errors
-// it carries (indexer.ErrIndexFunc for index function failures).
+// it carries (ErrIndexFunc for index function failures).
 type ApplyError struct {
 	// Informer is the informer's name.
 	Informer string

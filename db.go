@@ -12,13 +12,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/boltinformer/boltinformer/internal/codec"
 	"github.com/boltinformer/boltinformer/recovery"
 	"github.com/boltinformer/boltinformer/store"
 )
-
-// Keyring holds the AES keys for encryption at rest (see InformerOptions).
-type Keyring = codec.Keyring
 
 // Options configure Open. A nil *Options means the defaults.
 type Options struct {
@@ -55,8 +51,9 @@ type Options struct {
 	// BeforeCommit is a test hook called inside every write transaction;
 	// an error aborts the commit (see store.Options.BeforeCommit).
 	BeforeCommit func() error
-	// OnCommit, when set, is called after every commit attempt.
-	OnCommit func(store.CommitInfo)
+	// OnCommit, when set, is called after every commit attempt, on the
+	// commit loop: it must return quickly.
+	OnCommit func(CommitInfo)
 	// MaxCorruptFiles bounds the disk that damage takes: no copy of the
 	// file is kept for a damaged record (see docs/RELIABILITY.md) while
 	// this many files named <path>.corrupt-* (such copies and quarantined
@@ -159,7 +156,7 @@ func Open(path string, opts *Options) (*DB, error) {
 		OnCommit: func(info store.CommitInfo) {
 			db.metrics.onCommit(info)
 			if userOnCommit != nil {
-				userOnCommit(info)
+				userOnCommit(CommitInfo(info))
 			}
 		},
 	})
@@ -224,11 +221,36 @@ func logCopy(logger klog.Logger, msg string, cause error, cp recovery.Copy, err 
 	}
 }
 
-// Store returns the underlying store (for inspection and tests).
+// CommitInfo describes one group commit attempt (Options.OnCommit).
+type CommitInfo struct {
+	// Informers are the names of the informers in the transaction.
+	Informers []string
+	// Ops is the number of object mutations written.
+	Ops int
+	// Bytes is the size of the encoded records written.
+	Bytes int
+	// Duration is the time the transaction took, fsync included.
+	Duration time.Duration
+	// Err is the error, or nil.
+	Err error
+}
+
+// RecoveryReport says what Open did about a damaged file (DB.Recovery).
+type RecoveryReport struct {
+	// Quarantined is the path the corrupt file was renamed to (kept), or
+	// "" when the file was sound.
+	Quarantined string
+	// Cause is why it was quarantined, or nil.
+	Cause error
+}
+
+// Store returns the underlying store of package store: a layer below the
+// root package, for tools and tests (integrity checks, repair, raw
+// records). Programs need none of it.
 func (db *DB) Store() *store.DB { return db.store }
 
 // Recovery returns what Open did about a damaged file.
-func (db *DB) Recovery() recovery.Report { return db.report }
+func (db *DB) Recovery() RecoveryReport { return RecoveryReport(db.report) }
 
 // Flush commits every informer's pending mutations now.
 func (db *DB) Flush(ctx context.Context) error { return db.committer.Flush(ctx) }

@@ -18,9 +18,15 @@ var (
 	// watch error handler, Health and the log) when it could not apply
 	// objects as received: an index function failed (the object is
 	// stored without that index's values and delivered; the error also
-	// wraps indexer.ErrIndexFunc), or the cache refused the object (not
-	// stored, not delivered).
+	// wraps ErrIndexFunc), or the cache refused the object (not stored,
+	// not delivered).
 	ErrApply = errors.New("boltinformer: objects not applied as received")
+	// ErrIndexFunc is wrapped by an *ApplyError (and the indexer's write
+	// errors) when an index function failed on an object: the object is
+	// stored without values in that index. Each failure is an
+	// *indexer.IndexFuncError, naming the object and the index. It is
+	// indexer.ErrIndexFunc.
+	ErrIndexFunc = indexer.ErrIndexFunc
 	// ErrClosed means the DB was used after Close.
 	ErrClosed = errors.New("boltinformer: DB is closed")
 	// ErrEncryptionKey means an informer's Keyring (or its absence) does

@@ -33,12 +33,22 @@ import (
 //     Health.FreshFallback says why.
 //   - Live: the server has accepted a watch.
 
-// MetadataLister lists, metadata only, what an informer lists (same
-// resource, namespace and selectors); see InformerOptions.Metadata.
-type MetadataLister = reflector.MetadataLister
+// MetadataLister lists, metadata only, what an informer lists (the same
+// resource, namespace and selectors): every object's name, namespace, UID
+// and resourceVersion, and the list's resourceVersion. A kube-apiserver
+// serves it from its watch cache as a PartialObjectMetadataList
+// (k8s.io/client-go/metadata). See InformerOptions.Metadata.
+type MetadataLister interface {
+	ListMetadata(ctx context.Context, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error)
+}
 
 // MetadataListerFunc adapts a function to MetadataLister.
-type MetadataListerFunc = reflector.MetadataListerFunc
+type MetadataListerFunc func(ctx context.Context, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error)
+
+// ListMetadata calls f.
+func (f MetadataListerFunc) ListMetadata(ctx context.Context, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
+	return f(ctx, opts)
+}
 
 // moment is a DoneChecker closed once, stamped with when.
 type moment struct {
@@ -269,12 +279,22 @@ func (s *Informer) waitLive(ctx context.Context) {
 	}
 }
 
-// ObjectGetter reads one object as it was at an exact resourceVersion; see
-// InformerOptions.Getter.
-type ObjectGetter = reflector.ObjectGetter
+// ObjectGetter reads one object of an informer's resource (with its
+// namespace and selectors) as it was at an exact resourceVersion: a
+// kube-apiserver serves a LIST with a metadata.name field selector and
+// resourceVersionMatch=Exact. An object that did not exist then is a
+// NotFound error. See InformerOptions.Getter.
+type ObjectGetter interface {
+	GetAt(ctx context.Context, namespace, name, resourceVersion string) (runtime.Object, error)
+}
 
 // ObjectGetterFunc adapts a function to ObjectGetter.
-type ObjectGetterFunc = reflector.ObjectGetterFunc
+type ObjectGetterFunc func(ctx context.Context, namespace, name, resourceVersion string) (runtime.Object, error)
+
+// GetAt calls f.
+func (f ObjectGetterFunc) GetAt(ctx context.Context, namespace, name, resourceVersion string) (runtime.Object, error) {
+	return f(ctx, namespace, name, resourceVersion)
+}
 
 // DefaultPartialRelistRatio is InformerOptions.PartialRelistRatio's default.
 const DefaultPartialRelistRatio = 0.1

@@ -49,13 +49,33 @@ const (
 	SyncAfterResume = SyncAfterFresh
 )
 
-// Memory modes of an informer's indexer.
+// MemoryMode says what an informer's indexer keeps in memory
+// (InformerOptions.Memory).
+type MemoryMode int
+
 const (
 	// FullMemory keeps every decoded object in memory (like client-go).
-	FullMemory = indexer.Full
-	// BoundedMemory keeps keys, index sets and an LRU of decoded objects.
-	BoundedMemory = indexer.Bounded
+	FullMemory MemoryMode = MemoryMode(indexer.Full)
+	// BoundedMemory keeps keys, index sets and an LRU of decoded objects;
+	// a read of an object not in the LRU decodes it from the file.
+	BoundedMemory MemoryMode = MemoryMode(indexer.Bounded)
 )
+
+// DefaultCacheSize is the number of decoded objects a BoundedMemory
+// informer keeps when InformerOptions.CacheSize is 0.
+const DefaultCacheSize = indexer.DefaultCacheSize
+
+// String implements fmt.Stringer.
+func (m MemoryMode) String() string {
+	switch m {
+	case FullMemory:
+		return "full"
+	case BoundedMemory:
+		return "bounded"
+	default:
+		return fmt.Sprintf("MemoryMode(%d)", int(m))
+	}
+}
 
 // InformerOptions configure DB.NewInformer. A nil *InformerOptions means
 // the defaults.
@@ -116,9 +136,8 @@ type InformerOptions struct {
 	// cache serves what it loaded (Health.Stale). 0 waits for Fresh.
 	FreshTimeout time.Duration
 	// Memory is FullMemory (default) or BoundedMemory, with CacheSize
-	// decoded objects in the bounded LRU (0: indexer.DefaultCacheSize,
-	// 1024).
-	Memory    indexer.Mode
+	// decoded objects in the bounded LRU (0: DefaultCacheSize, 1024).
+	Memory    MemoryMode
 	CacheSize int
 	// Keyring encrypts payloads at rest (e.g. for Secrets). A warm start
 	// checks it against the file: payloads it cannot open (a key id it
@@ -290,9 +309,9 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 	iopts := &indexer.Options{
 		OnUndecodable: sink.report,
 		Example:       example,
-		Mode:          o.Memory,
+		Mode:          indexer.Mode(o.Memory),
 		CacheSize:     o.CacheSize,
-		Keyring:       o.Keyring,
+		Keyring:       o.Keyring.codec(),
 		Scheme:        o.Scheme,
 		Committer:     db.committer,
 		Fresh:         !decision.Warm,
@@ -392,24 +411,60 @@ func (s *Informer) closeIndexer() error {
 func (s *Informer) Name() string { return s.name }
 
 // Decision returns the warm-or-cold decision taken when it was built.
-func (s *Informer) Decision() recovery.Decision { return s.decision }
+func (s *Informer) Decision() Decision { return Decision(s.decision) }
 
-// Indexer returns the persistent indexer (GetIndexer as its concrete type).
+// Indexer returns the persistent indexer, GetIndexer as its concrete type
+// of package indexer: a layer below the root package, for tools and tests
+// (its saved state, its integrity check). Programs need GetIndexer (what
+// listers take) and Health.
 func (s *Informer) Indexer() *indexer.Indexer { return s.indexer }
 
 // Flush commits the informer's pending mutations now.
 func (s *Informer) Flush(ctx context.Context) error { return s.indexer.Flush(ctx) }
 
+// WatchStats are what an informer's list and watch calls have seen
+// (Informer.WatchStats).
+type WatchStats struct {
+	// Lists and Watches count calls that reached the ListerWatcher.
+	Lists, Watches int64
+	// DiskAnswers counts first lists answered from the file (0 or 1).
+	DiskAnswers int64
+	// Events counts watch events received (bookmarks included).
+	Events int64
+	// Errors counts failed calls and watch ERROR events.
+	Errors int64
+	// Expired counts 410 Expired/Gone answers (the resourceVersion was too
+	// old): each is followed by a relist.
+	Expired int64
+	// LastEvent is when the last watch event arrived.
+	LastEvent time.Time
+	// LastError is the last error seen, or nil.
+	LastError error
+	// Resumed is true once the server accepted the resume (a watch event
+	// other than an error arrived, or a server list succeeded).
+	Resumed bool
+	// RelistsRequested counts relists the informer forced (an object of
+	// the file found undecodable).
+	RelistsRequested int64
+	// PartialRelists counts relists answered with only what changed, read
+	// one by one (InformerOptions.Getter), not by a full list.
+	PartialRelists int64
+	// TooLarge counts "Too large resource version" answers: the server is
+	// behind the resourceVersion asked for (a restored or replaced
+	// cluster, or a server that has not caught up yet).
+	TooLarge int64
+}
+
 // WatchStats returns what the informer's ListerWatcher has seen (zero
 // before Run).
-func (s *Informer) WatchStats() reflector.Stats {
+func (s *Informer) WatchStats() WatchStats {
 	s.startedMu.Lock()
 	r := s.resume
 	s.startedMu.Unlock()
 	if r == nil {
-		return reflector.Stats{}
+		return WatchStats{}
 	}
-	return r.Stats()
+	return WatchStats(r.Stats())
 }
 
 // Run runs the informer until stopCh is closed.

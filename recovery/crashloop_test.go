@@ -22,9 +22,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/boltinformer/boltinformer"
-	"github.com/boltinformer/boltinformer/indexer"
 	"github.com/boltinformer/boltinformer/recovery/crashtest"
-	"github.com/boltinformer/boltinformer/store"
 )
 
 // Environment switches of the crash loop (docs/RELIABILITY.md).
@@ -149,7 +147,7 @@ func crashChild(ctx context.Context, env *crashtest.Env) error {
 			}
 			return nil
 		},
-		OnCommit: func(info store.CommitInfo) {
+		OnCommit: func(info boltinformer.CommitInfo) {
 			env.Mark("commit", fmt.Sprintf("ops=%d size=%d failed=%t", info.Ops, crashtest.FileSize(path), info.Err != nil))
 		},
 	})
@@ -245,7 +243,7 @@ func crashChild(ctx context.Context, env *crashtest.Env) error {
 	return nil
 }
 
-func memoryMode(bounded bool) indexer.Mode {
+func memoryMode(bounded bool) boltinformer.MemoryMode {
 	if bounded {
 		return boltinformer.BoundedMemory
 	}

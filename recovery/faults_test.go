@@ -24,7 +24,7 @@ type commitLog struct {
 	lastErr  error
 }
 
-func (l *commitLog) onCommit(info store.CommitInfo) {
+func (l *commitLog) onCommit(info boltinformer.CommitInfo) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.attempts++

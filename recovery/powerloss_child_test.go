@@ -15,7 +15,6 @@ import (
 
 	"github.com/boltinformer/boltinformer"
 	"github.com/boltinformer/boltinformer/recovery/crashtest"
-	"github.com/boltinformer/boltinformer/store"
 )
 
 // The power-loss child: one process, traced by strace, that ingests a
@@ -135,7 +134,7 @@ func powerLossLife(path string, src *crashtest.Source, h *crashtest.History, fro
 		CommitMaxOps:   40,
 		CommitMaxDelay: time.Millisecond,
 		NoSync:         !sync,
-		OnCommit: func(info store.CommitInfo) {
+		OnCommit: func(info boltinformer.CommitInfo) {
 			i := inf.Load()
 			if info.Err != nil || i == nil {
 				return
