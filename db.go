@@ -19,7 +19,7 @@ import (
 // Options configure Open. A nil *Options means the defaults.
 type Options struct {
 	// LockTimeout is how long to wait for another process's file lock.
-	// Default store.DefaultLockTimeout.
+	// Default DefaultLockTimeout.
 	LockTimeout time.Duration
 	// FailOnCorrupt returns the error for a corrupt file instead of
 	// quarantining it (renaming it aside) and starting cold.
@@ -57,7 +57,7 @@ type Options struct {
 	// MaxCorruptFiles bounds the disk that damage takes: no copy of the
 	// file is kept for a damaged record (see docs/RELIABILITY.md) while
 	// this many files named <path>.corrupt-* (such copies and quarantined
-	// files) lie beside it. Default recovery.DefaultMaxFiles (3); negative
+	// files) lie beside it. Default DefaultMaxCorruptFiles (3); negative
 	// means no copies. One copy is kept per damage, not per start.
 	MaxCorruptFiles int
 	// Registerer, when set, gets the DB's Prometheus metrics (commits and
@@ -101,9 +101,9 @@ type DB struct {
 // Open opens (or creates) the cache file at path and starts its commit
 // loop. A corrupt file is quarantined (renamed to
 // <path>.corrupt-<timestamp>, kept) and a new one started, unless
-// FailOnCorrupt; a locked file returns an error wrapping store.ErrLocked
-// after LockTimeout; a symbolic link at path (dangling or not) returns an
-// error wrapping store.ErrForeign, and nothing is created.
+// FailOnCorrupt; a locked file returns an error wrapping ErrLocked after
+// LockTimeout; a symbolic link at path (dangling or not) returns an error
+// wrapping ErrForeign, and nothing is created.
 func Open(path string, opts *Options) (*DB, error) {
 	o := Options{}
 	if opts != nil {
@@ -220,6 +220,14 @@ func logCopy(logger klog.Logger, msg string, cause error, cp recovery.Copy, err 
 		logger.Error(cause, msg+"; no copy of the cache file kept", append(kv, "why", cp.Skipped)...)
 	}
 }
+
+// Defaults of Options.
+const (
+	// DefaultLockTimeout is Options.LockTimeout's default.
+	DefaultLockTimeout = store.DefaultLockTimeout
+	// DefaultMaxCorruptFiles is Options.MaxCorruptFiles' default.
+	DefaultMaxCorruptFiles = recovery.DefaultMaxFiles
+)
 
 // CommitInfo describes one group commit attempt (Options.OnCommit).
 type CommitInfo struct {

@@ -1,7 +1,5 @@
 package boltinformer
 
-import "github.com/boltinformer/boltinformer/recovery"
-
 // Decision is the warm-or-cold decision an informer took when it was
 // built (Informer.Decision).
 type Decision struct {
@@ -19,28 +17,28 @@ type Decision struct {
 // The reasons of a Decision.
 const (
 	// ReasonResumable: a warm start; the file's state matches.
-	ReasonResumable = recovery.ReasonResumable
+	ReasonResumable = "resumable"
 	// ReasonResealed: a warm start that first rewrote records sealed with
 	// another key id than the Keyring's current one (or not sealed).
-	ReasonResealed = recovery.ReasonResealed
+	ReasonResealed = "resealed"
 	// ReasonNoState: a cold start; the file has no state for the informer.
-	ReasonNoState = recovery.ReasonNoState
+	ReasonNoState = "no-state"
 	// ReasonNotSynced: a cold start; the saved state never completed a
 	// list.
-	ReasonNotSynced = recovery.ReasonNotSynced
+	ReasonNotSynced = "not-synced"
 	// ReasonCluster: a cold start; the file was saved for another cluster
 	// (InformerOptions.ClusterID).
-	ReasonCluster = recovery.ReasonCluster
+	ReasonCluster = "cluster-identity"
 	// ReasonResource: a cold start; the file was saved for another
 	// resource (InformerOptions.Resource).
-	ReasonResource = recovery.ReasonResource
+	ReasonResource = "resource"
 	// ReasonListOptions: a cold start; the file was saved with another
 	// namespace or selectors (InformerOptions.ListOptions).
-	ReasonListOptions = recovery.ReasonListOptions
+	ReasonListOptions = "list-options"
 	// ReasonTransform: a cold start; the file was saved with another
 	// transform (InformerOptions.TransformID).
-	ReasonTransform = recovery.ReasonTransform
+	ReasonTransform = "transform"
 	// ReasonCorrupt: a cold start; a record of the informer was damaged
 	// (a copy of the file is kept, see Decision.Detail).
-	ReasonCorrupt = recovery.ReasonCorrupt
+	ReasonCorrupt = "corrupt-file"
 )

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/boltinformer/boltinformer/indexer"
+	"github.com/boltinformer/boltinformer/store"
 )
 
 var (
@@ -27,6 +28,19 @@ var (
 	// *indexer.IndexFuncError, naming the object and the index. It is
 	// indexer.ErrIndexFunc.
 	ErrIndexFunc = indexer.ErrIndexFunc
+	// ErrLocked is wrapped by Open's error when another process holds the
+	// file's lock for longer than Options.LockTimeout. It is
+	// store.ErrLocked.
+	ErrLocked = store.ErrLocked
+	// ErrForeign is wrapped by Open's error when the path is not a
+	// boltinformer cache file (another bbolt file, a symbolic link, not a
+	// bbolt file and not empty): it is never quarantined nor overwritten.
+	// It is store.ErrForeign.
+	ErrForeign = store.ErrForeign
+	// ErrUnsupportedVersion is wrapped by Open's error when the file's
+	// format version is newer than this library reads (never quarantined:
+	// a newer agent wrote it). It is store.ErrUnsupportedVersion.
+	ErrUnsupportedVersion = store.ErrUnsupportedVersion
 	// ErrClosed means the DB was used after Close.
 	ErrClosed = errors.New("boltinformer: DB is closed")
 	// ErrEncryptionKey means an informer's Keyring (or its absence) does

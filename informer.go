@@ -55,15 +55,27 @@ type MemoryMode int
 
 const (
 	// FullMemory keeps every decoded object in memory (like client-go).
-	FullMemory MemoryMode = MemoryMode(indexer.Full)
+	FullMemory MemoryMode = iota
 	// BoundedMemory keeps keys, index sets and an LRU of decoded objects;
 	// a read of an object not in the LRU decodes it from the file.
-	BoundedMemory MemoryMode = MemoryMode(indexer.Bounded)
+	BoundedMemory
 )
 
 // DefaultCacheSize is the number of decoded objects a BoundedMemory
 // informer keeps when InformerOptions.CacheSize is 0.
-const DefaultCacheSize = indexer.DefaultCacheSize
+const DefaultCacheSize = 1024
+
+// indexerMode returns m as the indexer's mode.
+func (m MemoryMode) indexerMode() (indexer.Mode, error) {
+	switch m {
+	case FullMemory:
+		return indexer.Full, nil
+	case BoundedMemory:
+		return indexer.Bounded, nil
+	default:
+		return 0, fmt.Errorf("boltinformer: InformerOptions.Memory: unknown %v (want FullMemory or BoundedMemory)", m)
+	}
+}
 
 // String implements fmt.Stringer.
 func (m MemoryMode) String() string {
@@ -271,6 +283,10 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		base = *o.Logger
 	}
 	logger := base.WithValues("informer", name)
+	mode, err := o.Memory.indexerMode()
+	if err != nil {
+		return nil, err
+	}
 	defaultResource := o.Resource == ""
 	if defaultResource {
 		o.Resource = DefaultResource(example)
@@ -309,7 +325,7 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 	iopts := &indexer.Options{
 		OnUndecodable: sink.report,
 		Example:       example,
-		Mode:          indexer.Mode(o.Memory),
+		Mode:          mode,
 		CacheSize:     o.CacheSize,
 		Keyring:       o.Keyring.codec(),
 		Scheme:        o.Scheme,

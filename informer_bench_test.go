@@ -444,7 +444,7 @@ type commitLog struct {
 	rounds [][]int // of the last run
 }
 
-func (l *commitLog) add(info store.CommitInfo) {
+func (l *commitLog) add(info boltinformer.CommitInfo) {
 	if info.Err != nil || info.Ops == 0 {
 		return // retried; or a state record only
 	}
