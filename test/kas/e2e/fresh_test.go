@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -17,7 +18,16 @@ import (
 	"github.com/boltinformer/boltinformer/test/kas/harness"
 )
 
-const freshObjects = 2000
+// freshObjects and freshChanges size TestFreshResume: 2,000 ConfigMaps
+// with 0, 10 and 200 changes (and 1% after an apiserver restart); with
+// BOLTINFORMER_E2E_LARGE=1 (or BOLTINFORMER_BENCH_LARGE=1), 10,000 with 0,
+// 10 and 1,000.
+var freshObjects, freshChanges = func() (int, []int) {
+	if os.Getenv("BOLTINFORMER_E2E_LARGE") != "" || os.Getenv("BOLTINFORMER_BENCH_LARGE") != "" {
+		return 10_000, []int{0, 10, 1000}
+	}
+	return 2000, []int{0, 10, 200}
+}()
 
 // freshAgentOptions: SyncAfterFresh, so WaitForCacheSync means Fresh.
 func freshAgentOptions(ns string) *boltinformer.FactoryOptions {
@@ -103,7 +113,7 @@ func TestFreshResume(t *testing.T) {
 	a.waitSynced(2 * time.Minute)
 	a.stop()
 
-	for gen, n := range []int{0, 10, 200} {
+	for gen, n := range freshChanges {
 		t.Run(fmt.Sprintf("changes=%d", n), func(t *testing.T) {
 			if err := churnFresh(ctx, cms, ns, n, gen+1); err != nil {
 				t.Fatal(err)
@@ -120,7 +130,7 @@ func TestFreshResume(t *testing.T) {
 	}
 
 	t.Run("apiserver-restart", func(t *testing.T) {
-		const n = 20 // 1% of the objects changed, 1% created, 1% deleted
+		n := freshObjects / 100 // 1% of the objects changed, 1% created, 1% deleted
 		if err := churnFresh(ctx, cms, ns, n, 4); err != nil {
 			t.Fatal(err)
 		}
