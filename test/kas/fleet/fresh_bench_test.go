@@ -147,8 +147,8 @@ func (a *freshAgent) stop() error {
 // start (WatchList, the default, and LIST) against boltinformer's warm
 // restart with SyncAfterFresh (synced means the cache equals the server's
 // state), after 0, 10 or 1% of the Pods changed while it was down; then
-// after an apiserver restart (410 for the saved resourceVersion) with 1%
-// changed, the partial relist against a full one. Reported per start:
+// after an apiserver restart (410 for the saved resourceVersion) with 1%,
+// 10% and 20% changed, the partial relist against a full one. Reported per start:
 // MiB-read (decoded response bytes), apiserver-cpu-ms, LISTs (of every
 // kind: full, metadata, exact). Run with -benchtime 3x.
 func BenchmarkFreshResume(b *testing.B) {
@@ -273,8 +273,14 @@ func BenchmarkFreshResume(b *testing.B) {
 			for _, k := range []int{0, 10, n / 100} {
 				b.Run(fmt.Sprintf("boltinformer=fresh/changed=%d", k), func(b *testing.B) { warm(b, k, false, 0) })
 			}
-			b.Run("boltinformer=410/partial", func(b *testing.B) { warm(b, n/100, true, 0) })
-			b.Run("boltinformer=410/full", func(b *testing.B) { warm(b, n/100, true, -1) })
+			// After an apiserver restart: the partial relist (forced, ratio
+			// 1) against the full one, at growing shares of changed Pods:
+			// where they cross is PartialRelistRatio's default.
+			for _, pct := range []int{1, 10, 20} {
+				k := n * pct / 100
+				b.Run(fmt.Sprintf("boltinformer=410/changed=%d%%/partial", pct), func(b *testing.B) { warm(b, k, true, 1) })
+				b.Run(fmt.Sprintf("boltinformer=410/changed=%d%%/full", pct), func(b *testing.B) { warm(b, k, true, -1) })
+			}
 		})
 	}
 }
