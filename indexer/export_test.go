@@ -1,10 +1,13 @@
 package indexer
 
-import "context"
+import (
+	"context"
+	"sync"
+)
 
 // HoldFill makes the background fill of indexers opened from now on wait
 // until release is called (or the indexer closes). It returns release,
-// which also restores the default.
+// which also restores the default; calling it again does nothing.
 func HoldFill() (release func()) {
 	held := make(chan struct{})
 	beforeFill = func(ctx context.Context) {
@@ -13,8 +16,11 @@ func HoldFill() (release func()) {
 		case <-ctx.Done():
 		}
 	}
+	var once sync.Once
 	return func() {
-		beforeFill = nil
-		close(held)
+		once.Do(func() {
+			beforeFill = nil
+			close(held)
+		})
 	}
 }

@@ -80,34 +80,47 @@ func (s *indexSet) compute(key string, obj any) (vals [][]string, err error) {
 }
 
 // sameValues reports whether two objects' index values (aligned with the
-// same names) are equal, each index's values compared as sets (index
-// functions may return them in any order, e.g. from a map).
+// same names) are equal, each index's values compared as sets: index
+// functions may return them in any order (e.g. from a map) or twice, and
+// the file holds them sorted and once; an index missing at the end of one
+// (a record without any value) has none.
 func sameValues(a, b [][]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if len(a[i]) != len(b[i]) {
+	for i := range max(len(a), len(b)) {
+		var x, y []string
+		if i < len(a) {
+			x = a[i]
+		}
+		if i < len(b) {
+			y = b[i]
+		}
+		if !sameValueSet(x, y) {
 			return false
-		}
-		if len(a[i]) == 1 {
-			if a[i][0] != b[i][0] {
-				return false
-			}
-			continue
-		}
-		for _, v := range a[i] {
-			if !slices.Contains(b[i], v) {
-				return false
-			}
-		}
-		for _, v := range b[i] {
-			if !slices.Contains(a[i], v) {
-				return false
-			}
 		}
 	}
 	return true
+}
+
+// sameValueSet reports whether a and b hold the same values, ignoring
+// order and repetition.
+func sameValueSet(a, b []string) bool {
+	if slices.Equal(a, b) {
+		return true
+	}
+	if len(a) == 0 || len(b) == 0 {
+		return false // one has values, the other none
+	}
+	return slices.Equal(sortedSet(a), sortedSet(b))
+}
+
+// sortedSet returns vals sorted and without repetition (a copy unless it
+// is so already).
+func sortedSet(vals []string) []string {
+	if strictlySorted(vals) {
+		return vals
+	}
+	s := slices.Clone(vals)
+	slices.Sort(s)
+	return slices.Compact(s)
 }
 
 // update moves key from its old values to its new ones.

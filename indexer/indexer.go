@@ -116,6 +116,10 @@ type item struct {
 	valNames []string   // the names vals is aligned with
 	// lazy: loaded from the file and not decoded yet (Full mode, lazy.go).
 	lazy bool
+	// unchecked: vals are as loaded from the file, not yet compared with
+	// the index functions' values for the object (verify.go). A lazy item
+	// is unchecked.
+	unchecked bool
 }
 
 type opKind uint8
@@ -165,15 +169,21 @@ type Indexer struct {
 	// lookup and not a second, cache-missing pointer chase to an item.
 	objs map[string]any
 	// lazyN counts the items (Full mode, after a warm load) whose objects
-	// are still on disk only; lazyKeys are the loaded keys in file order,
-	// for the fill to walk from fillPos; undecodable are the keys whose
-	// record did not decode (lazy.go; in both modes), unreported how many
-	// of them OnUndecodable has not been told about yet.
+	// are still on disk only; uncheckedN those whose index values are not
+	// checked yet (both modes; verify.go); loadKeys are the loaded keys in
+	// file order, for the fill to walk from fillPos; undecodable are the
+	// keys whose record did not decode (lazy.go; in both modes), unreported
+	// how many of them OnUndecodable has not been told about yet; healed
+	// counts by index the items whose loaded values the check found stale.
 	lazyN       int
-	lazyKeys    []string
+	uncheckedN  int
+	loadKeys    []string
 	fillPos     int
 	undecodable map[string]error
 	unreported  int
+	healed      map[string]int
+	checkFailed int  // loaded objects an index function failed on (verify.go)
+	rebuilding  bool // load rebuilds every index: the fill's check is moot
 	idx         *indexSet
 	rv          string // of the last applied mutation
 	synced      bool
@@ -204,14 +214,18 @@ type Indexer struct {
 	// error (since Open: the records do not say why a value is missing).
 	indexErrs map[string]error
 
-	// The background fill of lazy objects (lazy.go): fillMu makes the
-	// fill and the callers that need every object take turns; decoded is
-	// closed when no key is lazy.
-	fillMu      sync.Mutex
-	fillStop    context.CancelFunc
-	fillExited  chan struct{}
-	decoded     chan struct{}
-	decodedOnce sync.Once
+	// The background fill of lazy objects (lazy.go), which also checks the
+	// loaded index values (verify.go): fillMu makes the fill and the
+	// callers that need every object or every index value take turns; it
+	// is taken before mu. decoded is closed when no key is lazy, verified
+	// when none is unchecked.
+	fillMu       sync.Mutex
+	fillStop     context.CancelFunc
+	fillExited   chan struct{}
+	decoded      chan struct{}
+	decodedOnce  sync.Once
+	verified     chan struct{}
+	verifiedOnce sync.Once
 }
 
 var (
@@ -259,10 +273,12 @@ func Open(db *store.DB, name string, indexers cache.Indexers, opts *Options) (*I
 		transform:     opts.Transform,
 		strict:        opts.VerifyRecords,
 		decoded:       make(chan struct{}),
+		verified:      make(chan struct{}),
 
 		undecodable: map[string]error{},
 		indexErrs:   map[string]error{},
 		unpersisted: map[string]error{},
+		healed:      map[string]int{},
 	}
 	x.types.Store(&map[string]bool{})
 	if x.keyFunc == nil {
@@ -302,10 +318,13 @@ func Open(db *store.DB, name string, indexers cache.Indexers, opts *Options) (*I
 	if x.stateDirty || len(x.pending) > 0 {
 		x.committer.Notify(1)
 	}
-	if x.lazyN > 0 {
+	if x.lazyN == 0 {
+		x.decodedOnce.Do(func() { close(x.decoded) })
+	}
+	if x.uncheckedN > 0 {
 		x.startFill()
 	} else {
-		x.decodedOnce.Do(func() { close(x.decoded) })
+		x.verifiedOnce.Do(func() { close(x.verified) })
 	}
 	x.flushUndecodable() // what the load left out
 	return x, nil
@@ -585,15 +604,16 @@ func (x *Indexer) Replace(list []any, resourceVersion string) error {
 			if rv != "" && rv == it.rv && uid == it.uid {
 				// Unchanged on disk: swap the object in memory only,
 				// unless its index values are not the record's (an index
-				// function that failed, on it now or before), which
-				// putLocked rewrites.
+				// function that failed, on it now or before, or one that
+				// changed since the record was written and whose check
+				// has not reached it), which putLocked rewrites.
 				vals, ierr := x.idx.compute(key, obj)
 				_, failed := x.indexErrs[key]
 				if ierr == nil && !failed && slices.Equal(it.valNames, x.idx.names) && sameValues(vals, it.vals) {
 					it.vals = vals
+					x.forgetLazyLocked(key)
 					if !x.bounded {
 						x.objs[key] = obj
-						x.forgetLazyLocked(key)
 					}
 					continue
 				}
@@ -690,24 +710,28 @@ func (x *Indexer) Get(obj any) (any, bool, error) {
 	return x.GetByKey(key)
 }
 
-// forgetLazyLocked notes that memory now holds key's state (or that key
-// is gone): it is no longer lazy or undecodable.
+// forgetLazyLocked notes that memory now holds key's state, index values
+// computed by the current functions (or that key is gone): it is no
+// longer lazy, unchecked or undecodable.
 func (x *Indexer) forgetLazyLocked(key string) {
-	if x.lazyN == 0 && len(x.undecodable) == 0 {
+	if x.uncheckedN == 0 && len(x.undecodable) == 0 {
 		return
 	}
 	delete(x.undecodable, key)
-	if it := x.items[key]; it != nil && it.lazy {
-		x.clearLazyLocked(it)
+	if it := x.items[key]; it != nil {
+		if it.lazy {
+			x.clearLazyLocked(it)
+		}
+		x.checkedLocked(it)
 	}
 }
 
-// clearLazyLocked marks it decoded (or changed).
+// clearLazyLocked marks it decoded (or changed). The caller checks its
+// index values, or computes them afresh, and calls checkedLocked.
 func (x *Indexer) clearLazyLocked(it *item) {
 	it.lazy = false
 	x.lazyN--
 	if x.lazyN == 0 {
-		x.lazyKeys = nil
 		x.decodedOnce.Do(func() { close(x.decoded) })
 	}
 }
@@ -813,8 +837,13 @@ func (x *Indexer) noIndex(name string) error {
 }
 
 // Index returns the objects that share a value with obj in the named index
-// (the index function runs on obj, which may be a probe object).
+// (the index function runs on obj, which may be a probe object). After a
+// warm load it first waits until the loaded index values are verified
+// (IndexesVerified).
 func (x *Indexer) Index(indexName string, obj any) ([]any, error) {
+	if err := x.waitIndexes(); err != nil {
+		return nil, err
+	}
 	x.mu.RLock()
 	f := x.idx.indexers[indexName]
 	if f == nil {
@@ -913,8 +942,12 @@ func (x *Indexer) fillForRead() {
 }
 
 // IndexKeys returns the keys of the objects having indexedValue in the
-// named index, sorted.
+// named index, sorted. After a warm load it first waits until the loaded
+// index values are verified (IndexesVerified).
 func (x *Indexer) IndexKeys(indexName, indexedValue string) ([]string, error) {
+	if err := x.waitIndexes(); err != nil {
+		return nil, err
+	}
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	if x.idx.indexers[indexName] == nil {
@@ -924,7 +957,13 @@ func (x *Indexer) IndexKeys(indexName, indexedValue string) ([]string, error) {
 }
 
 // ListIndexFuncValues returns the values present in the named index.
+// After a warm load it first waits until the loaded index values are
+// verified (IndexesVerified); if that fails (the file cannot be read), the
+// error is logged and the values memory holds are returned.
 func (x *Indexer) ListIndexFuncValues(indexName string) []string {
+	if err := x.waitIndexes(); err != nil {
+		x.logger.Error(err, "Index values not verified", "index", indexName)
+	}
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	idx := x.idx.byName[indexName]
@@ -936,7 +975,12 @@ func (x *Indexer) ListIndexFuncValues(indexName string) []string {
 }
 
 // ByIndex returns the objects having indexedValue in the named index.
+// After a warm load it first waits until the loaded index values are
+// verified (IndexesVerified).
 func (x *Indexer) ByIndex(indexName, indexedValue string) ([]any, error) {
+	if err := x.waitIndexes(); err != nil {
+		return nil, err
+	}
 	x.mu.RLock()
 	if x.idx.indexers[indexName] == nil {
 		x.mu.RUnlock()
@@ -960,7 +1004,11 @@ func (x *Indexer) GetIndexers() cache.Indexers {
 // (Full) or on disk (Bounded). The new index buckets are written, with the
 // state record naming them, in one commit.
 func (x *Indexer) AddIndexers(newIndexers cache.Indexers) error {
-	x.fillForRead() // the backfill reads every object
+	// The backfill reads every object (Full mode: decoded by the fill,
+	// which checks the loaded index values too).
+	if err := x.waitIndexes(); err != nil {
+		return err
+	}
 	defer x.flushUndecodable()
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -1045,6 +1093,7 @@ func (x *Indexer) reindexLocked(idx *indexSet, strict bool) (idxErr, err error) 
 		it := x.items[k]
 		x.idx.update(k, nil, vals[i])
 		it.vals, it.valNames = vals[i], idx.names
+		x.checkedLocked(it)
 		if op := x.pending[k]; op != nil && op.kind == opPut {
 			op.names, op.vals = idx.names, vals[i]
 			continue

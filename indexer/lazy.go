@@ -16,24 +16,35 @@ import (
 //
 // A warm load reads only the record envelopes, whose checksum covers the
 // key, the resourceVersion, the UID and the index values (format version
-// 2): that is enough to answer ListKeys, Len, IndexKeys and
-// ListIndexFuncValues, and to keep the index sets, at once. Payloads are
-// decoded on first access (GetByKey, Index, ByIndex) and by a background
-// fill that the indexer owns (started by Open, stopped by Close); List
-// waits for the fill. A key's item stays lazy exactly as long as memory has
-// not changed it since the load, so the file still holds the loaded
-// record for it: a decode may read the file at any time and install its
-// result if the key is still lazy then.
+// 2): that is enough to answer ListKeys and Len, and to build the index
+// sets, at once. Payloads are decoded on first access (GetByKey) and by a
+// background fill that the indexer owns (started by Open, stopped by
+// Close), which also checks every loaded item's index values against the
+// index functions (verify.go); List and the index reads wait for the
+// fill. A key's item stays lazy exactly as long as memory has not changed
+// it since the load, so the file still holds the loaded record for it: a
+// decode may read the file at any time and install its result if the key
+// is still lazy then.
+//
+// Bounded mode keeps no decoded object, but its loaded index values need
+// the same check: the same fill walks its loaded keys, decoding one chunk
+// at a time, checks them and drops the objects.
 
 // fillChunk is how many keys one fill step decodes between two takings of
 // the write lock.
 const fillChunk = 1024
 
+// checkChunk is fillChunk for a Bounded indexer, whose fill only checks
+// index values: the decoded objects it holds at once (a quarter of
+// DefaultCacheSize).
+const checkChunk = 256
+
 // beforeFill, when set (by tests), runs at the start of the background
 // fill, which waits for it.
 var beforeFill func(ctx context.Context)
 
-// startFill starts the background fill; Close stops it.
+// startFill starts the background fill (or, in Bounded mode, the check of
+// the loaded index values); Close stops it.
 func (x *Indexer) startFill() {
 	ctx, cancel := context.WithCancel(context.Background())
 	x.fillStop, x.fillExited = cancel, make(chan struct{})
@@ -62,10 +73,12 @@ func (x *Indexer) stopFill() {
 // there is nothing to decode).
 func (x *Indexer) Decoded() <-chan struct{} { return x.decoded }
 
-// fill decodes every lazy key, in chunks, with one worker per CPU. It is
-// run by the background goroutine and by callers that need every object
-// (List, AddIndexers); fillMu makes them take turns, so no chunk is
-// decoded twice.
+// fill decodes every unchecked key (in Full mode, the lazy ones), in
+// chunks, with one worker per CPU, checks its index values, and in Full
+// mode installs its object. It is run by the background goroutine and by
+// callers that need every object or every index value (List, the index
+// reads, AddIndexers); fillMu makes them take turns, so no chunk is
+// decoded twice. In Bounded mode at most one chunk of objects is held.
 func (x *Indexer) fill(ctx context.Context) error {
 	x.fillMu.Lock()
 	defer x.fillMu.Unlock()
@@ -73,13 +86,19 @@ func (x *Indexer) fill(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		// The next chunk of keys still lazy, in file order.
+		// The next chunk of keys still unchecked, in file order, and the
+		// index functions to check them with.
 		x.mu.Lock()
 		from := x.fillPos
-		keys := make([]string, 0, min(fillChunk, x.lazyN))
-		for ; x.fillPos < len(x.lazyKeys) && len(keys) < fillChunk; x.fillPos++ {
-			k := x.lazyKeys[x.fillPos]
-			if it := x.items[k]; it != nil && it.lazy {
+		idx := x.idx
+		chunk := fillChunk
+		if x.bounded {
+			chunk = checkChunk
+		}
+		keys := make([]string, 0, min(chunk, x.uncheckedN))
+		for ; x.fillPos < len(x.loadKeys) && len(keys) < chunk; x.fillPos++ {
+			k := x.loadKeys[x.fillPos]
+			if it := x.items[k]; it != nil && it.unchecked {
 				keys = append(keys, k)
 			}
 		}
@@ -96,10 +115,23 @@ func (x *Indexer) fill(ctx context.Context) error {
 			x.mu.Unlock()
 			return err
 		}
+		vals, verrs := computeAll(idx, keys, objs, errs)
 		x.mu.Lock()
-		bad := x.installLocked(keys, objs, errs)
+		if idx != x.idx {
+			vals = nil // AddIndexers meanwhile: computed again
+		}
+		bad, healed := x.installLocked(keys, objs, errs, vals, verrs)
 		x.mu.Unlock()
-		x.reportUndecodable(bad)
+		x.afterInstall(bad, healed)
+	}
+}
+
+// afterInstall reports new undecodable objects and wakes the committer
+// for the records queued for rewriting, outside the lock.
+func (x *Indexer) afterInstall(bad, healed int) {
+	x.reportUndecodable(bad)
+	if healed > 0 && x.committer != nil {
+		x.committer.Notify(healed)
 	}
 }
 
@@ -138,35 +170,58 @@ func (x *Indexer) decodeKeys(keys []string) (objs []runtime.Object, errs []error
 	return objs, errs, err
 }
 
-// installLocked moves decoded objects of keys that are still lazy into
-// memory. A key whose record does not decode leaves the lazy set for the
-// undecodable one (reads report it, List leaves it out) until a mutation
-// replaces or deletes it. It returns how many became undecodable. The
-// caller holds mu.
-func (x *Indexer) installLocked(keys []string, objs []runtime.Object, errs []error) (bad int) {
+// installLocked checks the index values of the keys that are still
+// unchecked against their decoded objects (verify.go) and, in Full mode,
+// moves the objects into memory. vals and verrs are the current index
+// functions' values for the objects, computed by the caller (computeAll),
+// or nil to compute them here. A key whose record does not decode leaves
+// the lazy set (Full mode) for the undecodable one (both modes: reads
+// report it, List leaves it out) until a mutation replaces or deletes it;
+// its loaded index values stay, as they cannot be checked. It returns how
+// many became undecodable and how many had stale index values (queued for
+// rewriting). The caller holds mu.
+func (x *Indexer) installLocked(keys []string, objs []runtime.Object, errs []error, vals [][][]string, verrs []error) (bad, healed int) {
 	for i, k := range keys {
 		it := x.items[k]
-		if it == nil || !it.lazy {
+		if it == nil || !it.unchecked {
 			continue // changed meanwhile: memory has the newer state
 		}
-		x.clearLazyLocked(it)
-		if errs[i] == nil {
+		if it.lazy {
+			x.clearLazyLocked(it)
+		}
+		if errs[i] == nil && !x.bounded {
 			errs[i] = x.matchLoaded(k, it, objs[i])
 		}
 		if errs[i] != nil {
+			x.checkedLocked(it)
+			if _, known := x.undecodable[k]; known {
+				continue // a Bounded read found it first
+			}
 			x.undecodable[k] = errs[i]
 			if bad++; bad == 1 {
 				x.logger.Error(errs[i], "Object in the cache file does not decode: it is left out until the server sends it again", "key", k)
 			}
 			continue
 		}
-		x.objs[k] = objs[i]
+		var v [][]string
+		var verr error
+		if vals != nil {
+			v, verr = vals[i], verrs[i]
+		} else {
+			v, verr = x.idx.compute(k, objs[i])
+		}
+		if x.checkValuesLocked(k, it, v, verr) {
+			healed++
+		}
+		x.checkedLocked(it)
+		if !x.bounded {
+			x.objs[k] = objs[i]
+		}
 	}
 	if bad > 1 {
 		x.logger.Error(nil, "More objects in the cache file do not decode", "count", bad-1)
 	}
-	return bad
-
+	return bad, healed
 }
 
 // matchLoaded checks a lazy key's decoded object against what the load
@@ -184,9 +239,9 @@ func (x *Indexer) matchLoaded(key string, it *item, obj runtime.Object) error {
 // shared lock.
 func (x *Indexer) installAfter(keys []string, objs []runtime.Object, errs []error) {
 	x.mu.Lock()
-	bad := x.installLocked(keys, objs, errs)
+	bad, healed := x.installLocked(keys, objs, errs, nil, nil)
 	x.mu.Unlock()
-	x.reportUndecodable(bad)
+	x.afterInstall(bad, healed)
 }
 
 // undecodableError is what reads of an undecodable key return.

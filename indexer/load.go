@@ -198,7 +198,7 @@ func (x *Indexer) load(useSnapshot bool) error {
 			if e.keyID != want {
 				stale = append(stale, key)
 			}
-			*it = item{rv: e.rv, uid: e.uid, vals: e.vals, valNames: x.idx.names, lazy: !x.bounded}
+			*it = item{rv: e.rv, uid: e.uid, vals: e.vals, valNames: x.idx.names, lazy: !x.bounded, unchecked: true}
 			x.idx.update(key, nil, it.vals)
 			lazy++
 		}
@@ -207,17 +207,12 @@ func (x *Indexer) load(useSnapshot bool) error {
 		}
 		x.unreported += damaged
 	}
+	// Every loaded item's index values are unchecked (verify.go) until
+	// the fill (or a mutation) has compared them with the functions'.
+	x.uncheckedN, x.loadKeys = lazy, keys
 	if !x.bounded {
-		x.lazyN, x.lazyKeys = lazy, keys
+		x.lazyN = lazy
 		x.objs = make(map[string]any, len(keys))
-	}
-	if err := x.probe(&probes); err != nil {
-		return err
-	}
-	if len(stale) > 0 {
-		if err := x.reseal(stale); err != nil {
-			return err
-		}
 	}
 	x.saved = *st
 	x.rv = st.ResourceVersion
@@ -238,6 +233,18 @@ func (x *Indexer) load(useSnapshot bool) error {
 		x.stateDirty = true
 	}
 	sort.Strings(x.drop)
+	// An index missing from the file is rebuilt below from the objects,
+	// every index afresh: checking the loaded values is moot then.
+	x.rebuilding = rebuild
+	defer func() { x.rebuilding = false }()
+	if err := x.probe(&probes); err != nil {
+		return err
+	}
+	if len(stale) > 0 {
+		if err := x.reseal(stale); err != nil {
+			return err
+		}
+	}
 	if rebuild {
 		x.logger.V(2).Info("Rebuilding indexes missing from the file", "have", st.Indexes, "want", x.idx.names)
 		if !x.bounded {
@@ -327,12 +334,15 @@ func (x *Indexer) probe(p *probeSet) error {
 				x.undecodable[k] = errs[i]
 				x.unreported++
 				x.logger.Error(errs[i], "Object in the cache file does not decode: it is left out until the server sends it again", "key", k)
-			} else if !x.bounded {
-				x.objs[k] = objs[i]
+				it := x.items[k]
+				if it.lazy {
+					x.clearLazyLocked(it)
+				}
+				x.checkedLocked(it)
+				continue
 			}
-			if !x.bounded {
-				x.clearLazyLocked(x.items[k])
-			}
+			// Installed (Full mode) and checked like any decoded object.
+			x.installLocked(batch[i:i+1], objs[i:i+1], errs[i:i+1], nil, nil)
 		}
 		p.ids = rest
 	}
@@ -355,7 +365,7 @@ func (x *Indexer) installSnapshot(sn *store.Snapshot) (keys []string, probes pro
 		if sn.KeyIDs[i] != want {
 			stale = append(stale, key)
 		}
-		items[i] = item{rv: sn.ResourceVersions[i], uid: sn.UIDs[i], valNames: x.idx.names, lazy: true}
+		items[i] = item{rv: sn.ResourceVersions[i], uid: sn.UIDs[i], valNames: x.idx.names, lazy: true, unchecked: true}
 		x.items[key] = &items[i]
 	}
 	// The items' values, aligned with the index set's names, cut from

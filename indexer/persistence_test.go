@@ -348,7 +348,10 @@ func TestHeapPerObject(t *testing.T) {
 		sub.cfg.mode = mode
 		before := heapInUse()
 		sub.open(ixs())
-		<-sub.x.Decoded() // a Full warm load decodes in the background
+		// A Full warm load decodes in the background; both modes check
+		// the loaded index values in the background.
+		<-sub.x.Decoded()
+		<-sub.x.IndexesVerified()
 		after := heapInUse()
 		if sub.x.Len() != n {
 			t.Fatalf("%s: %d objects", modeName(mode), sub.x.Len())
