@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -583,6 +584,122 @@ func BenchmarkWarmLoad(b *testing.B) {
 				}
 				m.report(b, n)
 			})
+		}
+	}
+}
+
+// changedBenchIndexers are benchIndexers with the node index's function
+// changed under the same name: every object's value differs from the
+// one the file holds.
+func changedBenchIndexers() cache.Indexers {
+	ix := benchIndexers()
+	ix["node"] = func(obj any) ([]string, error) {
+		v, err := nodeIndexFunc(obj)
+		for i := range v {
+			v[i] = "zone-of-" + v[i]
+		}
+		return v, err
+	}
+	return ix
+}
+
+// copyFile copies the file at from to to.
+func copyFile(b *testing.B, from, to string) {
+	raw, err := os.ReadFile(from)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(to, raw, 0o600); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkWarmFill is a warm start until every loaded object is decoded
+// (Full mode) and its index values checked against the index functions
+// (both modes; verify.go): store.Open plus indexer.Open (open-ms), a
+// ByIndex issued at once (first-byindex-ms: it waits for the check), and
+// the end of the background pass (fill-ms), all from the start. from=
+// as in BenchmarkWarmLoad. funcs=changed opens with the node index's
+// function changed, so that every record is rewritten: flush-ms is the
+// commit of the rewrites (the file is restored before each iteration).
+func BenchmarkWarmFill(b *testing.B) {
+	for _, n := range benchSizes() {
+		dir := benchDir(b)
+		pristine := filepath.Join(dir, "pristine.db")
+		db, err := store.Open(pristine, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		x, err := indexer.Open(db, informerName, benchIndexers(), &indexer.Options{Example: &corev1.Pod{}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := x.Replace(podList(benchPods(n)), "1"); err != nil {
+			b.Fatal(err)
+		}
+		if err := errors.Join(x.Close(), db.Close()); err != nil {
+			b.Fatal(err)
+		}
+		ns := benchPods(n)[0].Namespace
+		for _, c := range []struct {
+			mode indexer.Mode
+			from string
+		}{{indexer.Full, "snapshot"}, {indexer.Full, "records"}, {indexer.Bounded, "records"}} {
+			for _, funcs := range []string{"same", "changed"} {
+				b.Run(fmt.Sprintf("mode=%s/from=%s/funcs=%s/objects=%d", modeName(c.mode), c.from, funcs, n), func(b *testing.B) {
+					path := filepath.Join(dir, "cache.db")
+					indexers := benchIndexers
+					if funcs == "changed" {
+						indexers = changedBenchIndexers
+					}
+					quiet := logr.Discard() // the check logs what it fixes
+					b.ReportAllocs()
+					var m cpuMeter
+					var open, first, fill, flush time.Duration
+					for range b.N {
+						b.StopTimer()
+						copyFile(b, pristine, path)
+						runtime.GC()
+						b.StartTimer()
+						m.start()
+						start := time.Now()
+						db, err := store.Open(path, nil)
+						if err != nil {
+							b.Fatal(err)
+						}
+						x, err := indexer.Open(db, informerName, indexers(), &indexer.Options{Example: &corev1.Pod{}, Mode: c.mode, VerifyRecords: c.from == "records", Logger: &quiet})
+						if err != nil {
+							b.Fatal(err)
+						}
+						open += time.Since(start)
+						if objs, err := x.ByIndex(cache.NamespaceIndex, ns); err != nil || len(objs) != 100 {
+							b.Fatalf("ByIndex: %d objects, %v", len(objs), err)
+						}
+						first += time.Since(start)
+						<-x.Decoded()
+						if v, ok := any(x).(interface{ IndexesVerified() <-chan struct{} }); ok {
+							<-v.IndexesVerified()
+						}
+						fill += time.Since(start)
+						if err := x.Flush(context.Background()); err != nil {
+							b.Fatal(err)
+						}
+						flush += time.Since(start)
+						m.stop()
+						b.StopTimer()
+						if err := errors.Join(x.Close(), db.Close()); err != nil {
+							b.Fatal(err)
+						}
+						b.StartTimer()
+					}
+					ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N) }
+					b.ReportMetric(ms(open), "open-ms")
+					b.ReportMetric(ms(first), "first-byindex-ms")
+					b.ReportMetric(ms(fill), "fill-ms")
+					b.ReportMetric(ms(flush), "flush-ms")
+					m.report(b, 1)
+				})
+			}
 		}
 	}
 }
