@@ -226,6 +226,9 @@ type Indexer struct {
 	decodedOnce  sync.Once
 	verified     chan struct{}
 	verifiedOnce sync.Once
+	// handoff asks the background fill to stop and leave the rest to a
+	// Bounded InitialList (lazy.go).
+	handoff atomic.Bool
 }
 
 var (

@@ -54,7 +54,7 @@ func (x *Indexer) startFill() {
 		if hook != nil {
 			hook(ctx)
 		}
-		if err := x.fill(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		if err := x.fillWith(ctx, true, nil); err != nil && !errors.Is(err, context.Canceled) {
 			x.logger.Error(err, "Background decoding of the loaded objects stopped")
 		}
 	}()
@@ -79,12 +79,21 @@ func (x *Indexer) Decoded() <-chan struct{} { return x.decoded }
 // callers that need every object or every index value (List, the index
 // reads, AddIndexers); fillMu makes them take turns, so no chunk is
 // decoded twice. In Bounded mode at most one chunk of objects is held.
-func (x *Indexer) fill(ctx context.Context) error {
+func (x *Indexer) fill(ctx context.Context) error { return x.fillWith(ctx, false, nil) }
+
+// fillWith is fill. The background goroutine (background) stops early,
+// leaving the rest to InitialList, when a Bounded InitialList asks for the
+// pass (handoff). collect, when set, is given each checked key's decoded
+// object, under mu (Bounded mode; Full mode installs them anyway).
+func (x *Indexer) fillWith(ctx context.Context, background bool, collect func(key string, obj any)) error {
 	x.fillMu.Lock()
 	defer x.fillMu.Unlock()
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if background && x.handoff.Load() {
+			return nil
 		}
 		// The next chunk of keys still unchecked, in file order, and the
 		// index functions to check them with.
@@ -121,6 +130,13 @@ func (x *Indexer) fill(ctx context.Context) error {
 			vals = nil // AddIndexers meanwhile: computed again
 		}
 		bad, healed := x.installLocked(keys, objs, errs, vals, verrs)
+		if collect != nil {
+			for i, k := range keys {
+				if errs[i] == nil && x.items[k] != nil {
+					collect(k, objs[i])
+				}
+			}
+		}
 		x.mu.Unlock()
 		x.afterInstall(bad, healed)
 	}
@@ -287,9 +303,27 @@ func (x *Indexer) flushUndecodable() {
 // bookmark of the disk answer) are not held back meanwhile. It is an
 // atomic snapshot only when nothing writes meanwhile: the informer uses it
 // for a warm start's initial adds, while it holds the watch events back.
+//
+// In Bounded mode it takes over the check of the loaded index values
+// (verify.go) from the background pass, which would otherwise decode
+// every object a second time: the objects the check decodes are kept for
+// the answer, and only those it had checked before are decoded again.
 func (x *Indexer) InitialList() []any {
 	if !x.bounded {
 		return x.List()
+	}
+	var checked map[string]any
+	x.mu.RLock()
+	unchecked := x.uncheckedN
+	x.mu.RUnlock()
+	if unchecked > 0 {
+		checked = make(map[string]any, unchecked)
+		x.handoff.Store(true)
+		err := x.fillWith(context.Background(), false, func(key string, obj any) { checked[key] = obj })
+		x.handoff.Store(false)
+		if err != nil {
+			x.logger.Error(err, "Checking the index values loaded from the file")
+		}
 	}
 	keys := x.ListKeys()
 	sort.Strings(keys)
@@ -297,13 +331,26 @@ func (x *Indexer) InitialList() []any {
 	for from := 0; from < len(keys); from += fillChunk {
 		chunk := keys[from:min(from+fillChunk, len(keys))]
 		x.mu.RLock()
-		present := chunk[:0:0]
+		miss := chunk[:0:0]
 		for _, k := range chunk {
-			if x.items[k] != nil {
-				present = append(present, k)
+			it := x.items[k]
+			if it == nil {
+				continue
 			}
+			if obj, ok := x.memoryLocked(k); ok {
+				out = append(out, obj)
+				continue
+			}
+			// Decoded by the check, and the item unchanged since.
+			if obj, ok := checked[k]; ok {
+				if rv, uid, _ := objectRV(obj); rv == it.rv && uid == it.uid {
+					out = append(out, obj)
+					continue
+				}
+			}
+			miss = append(miss, k)
 		}
-		objs, bad := x.fetchManyLocked(present)
+		objs, bad := x.fetchManyLocked(miss)
 		x.mu.RUnlock()
 		out = append(out, objs...)
 		x.markUndecodable(bad)

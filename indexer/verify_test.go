@@ -342,3 +342,38 @@ func TestIndexCheckConcurrent(t *testing.T) {
 		})
 	}
 }
+
+// TestIndexCheckBoundedInitialList: a Bounded indexer's InitialList takes
+// over the check from the background pass (held here) and answers with
+// every object; the check is done when it returns, the decoded objects
+// are not kept, and the values are right, in memory and on disk.
+func TestIndexCheckBoundedInitialList(t *testing.T) {
+	ref := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, changedIndexers())
+	sub := newSubject(t, subjectConfig{mode: indexer.Bounded, cacheSize: 7}, testIndexers())
+	loadHistory(t, 700, ref, sub.x)
+	sub.close()
+	release := indexer.HoldFill()
+	defer release()
+	sub.open(changedIndexers())
+	got := sub.x.InitialList()
+	if !isClosed(sub.x.IndexesVerified()) {
+		t.Fatal("IndexesVerified not closed after InitialList")
+	}
+	wm, wk, err := byKey(ref.List())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (&comparer{}).compareObjects("InitialList", wm, wk, got, false); err != nil {
+		t.Fatal(err)
+	}
+	if n := sub.x.CachedObjects(); n > 7 {
+		t.Fatalf("CachedObjects %d after InitialList, want at most the cache size", n)
+	}
+	release()
+	if err := diffIndexers(ref, sub.x, diffOpts{probes: defaultProbes()}); err != nil {
+		t.Fatal(err)
+	}
+	sub.flush()
+	mustCheck(t, sub.db)
+	assertDiskIndexes(t, sub.db, ref)
+}
