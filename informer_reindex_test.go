@@ -11,7 +11,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/boltinformer/boltinformer"
-	"github.com/boltinformer/boltinformer/indexer"
 	"github.com/boltinformer/boltinformer/internal/testobj"
 	"github.com/boltinformer/boltinformer/store"
 )
@@ -41,7 +40,7 @@ func nodeIndexers(byNode func(p *corev1.Pod) []string) cache.Indexers {
 func TestRegressionIndexFuncChangedAcrossRestart(t *testing.T) {
 	oldFunc := func(p *corev1.Pod) []string { return []string{p.Spec.NodeName} }
 	newFunc := func(p *corev1.Pod) []string { return []string{"rack-of-" + p.Spec.NodeName, "any"} }
-	for _, mem := range []indexer.Mode{boltinformer.FullMemory, boltinformer.BoundedMemory} {
+	for _, mem := range []boltinformer.MemoryMode{boltinformer.FullMemory, boltinformer.BoundedMemory} {
 		t.Run(fmt.Sprintf("bounded=%t", mem == boltinformer.BoundedMemory), func(t *testing.T) {
 			src := newPodSource()
 			want := map[string][]string{} // new function's value -> keys
