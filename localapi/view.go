@@ -124,7 +124,9 @@ func (v *view) apply(c boltinformer.Change) {
 	case boltinformer.ChangeDelete:
 		prev, ok := v.objs[c.Key]
 		if !ok {
-			v.rv = c.ResourceVersion
+			if c.ResourceVersion != "" {
+				v.rv = c.ResourceVersion
+			}
 			break
 		}
 		obj := c.Object

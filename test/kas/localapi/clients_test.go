@@ -40,12 +40,21 @@ for ev in watch.Watch().stream(v1.list_namespaced_pod, sys.argv[2], resource_ver
     print(json.dumps({"type": ev["type"], "name": ev["object"].metadata.name, "rv": ev["object"].metadata.resource_version}), flush=True)
 `
 
+// python is Debian's interpreter, the one python3-kubernetes installs
+// for (a python3 first on PATH, e.g. pyenv's, does not see it).
+func python() string {
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		return "/usr/bin/python3"
+	}
+	return "python3"
+}
+
 // ensurePython makes Debian's python3-kubernetes importable, installing
 // it with apt-get when missing and running as root (CI); else the test is
 // skipped, loudly.
 func ensurePython(t *testing.T) {
 	t.Helper()
-	if exec.Command("python3", "-c", "import kubernetes").Run() == nil {
+	if exec.Command(python(), "-c", "import kubernetes").Run() == nil {
 		return
 	}
 	if os.Geteuid() != 0 {
@@ -58,7 +67,7 @@ func ensurePython(t *testing.T) {
 			t.Skipf("SKIPPED LOUDLY: apt-get %s failed: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
-	if out, err := exec.Command("python3", "-c", "import kubernetes").CombinedOutput(); err != nil {
+	if out, err := exec.Command(python(), "-c", "import kubernetes").CombinedOutput(); err != nil {
 		t.Fatalf("python3-kubernetes installed but not importable: %v\n%s", err, out)
 	}
 }
@@ -79,7 +88,7 @@ func TestPythonClient(t *testing.T) {
 	if err := os.WriteFile(script, []byte(pythonClient), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("python3", script, a.kubeconfig, ns)
+	cmd := exec.Command(python(), script, a.kubeconfig, ns)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
