@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -136,31 +137,42 @@ func runLoad(t *testing.T, writer kubernetes.Interface, cfg *rest.Config, pid in
 	ctx, cancel := context.WithTimeout(context.Background(), loadDuration)
 	defer cancel()
 	var events atomic.Int64
-	var wg sync.WaitGroup
+	var watchErr atomic.Pointer[error]
+	var wg, up sync.WaitGroup
+	// One small list gives the watches their resourceVersion ("": a
+	// consistent read that honours the limit; "0" would make kube-apiserver
+	// send all 10k Pods).
+	first, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range loadWatchers {
 		wg.Add(1)
+		up.Add(1)
 		go func() {
 			defer wg.Done()
-			opts := metav1.ListOptions{ResourceVersion: "0"}
+			opts := metav1.ListOptions{ResourceVersion: first.ResourceVersion}
 			if i%2 == 1 {
 				opts.LabelSelector = fmt.Sprintf("shard=%d", i)
 			}
-			l, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{ResourceVersion: "0", Limit: 1})
-			if err != nil {
-				return
-			}
-			opts.ResourceVersion = l.ResourceVersion
 			w, err := cs.CoreV1().Pods("").Watch(ctx, opts)
+			up.Done()
 			if err != nil {
+				watchErr.CompareAndSwap(nil, &err)
 				return
 			}
 			defer w.Stop()
-			for range w.ResultChan() {
+			for e := range w.ResultChan() {
+				if e.Type == watch.Error {
+					err := fmt.Errorf("watch error event: %v", e.Object)
+					watchErr.CompareAndSwap(nil, &err)
+					continue
+				}
 				events.Add(1)
 			}
 		}()
 	}
-	time.Sleep(time.Second) // the watches are up
+	up.Wait() // the watches are up
 	cpu0, _ := harness.ProcessCPU(pid)
 	// Writes: label patches on Pods across the namespaces.
 	wg.Add(1)
@@ -234,6 +246,9 @@ func runLoad(t *testing.T, writer kubernetes.Interface, cfg *rest.Config, pid in
 	rss, _ := harness.ProcessRSS(pid)
 	cancel()
 	wg.Wait()
+	if e := watchErr.Load(); e != nil {
+		t.Logf("a watcher failed: %v", *e)
+	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	pct := func(p float64) time.Duration {
 		if len(lat) == 0 {
