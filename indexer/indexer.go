@@ -146,8 +146,10 @@ type Indexer struct {
 	codec   *codec.Codec
 	keyring *codec.Keyring // the codec's, for messages
 	keyFunc cache.KeyFunc
-	bounded bool
-	logger  klog.Logger
+	// defaultKeyFunc: keyFunc is the default (Options.KeyFunc nil).
+	defaultKeyFunc bool
+	bounded        bool
+	logger         klog.Logger
 
 	committer     *store.Committer
 	onUndecodable func(int)
@@ -285,7 +287,7 @@ func Open(db *store.DB, name string, indexers cache.Indexers, opts *Options) (*I
 	}
 	x.types.Store(&map[string]bool{})
 	if x.keyFunc == nil {
-		x.keyFunc = cache.DeletionHandlingMetaNamespaceKeyFunc
+		x.keyFunc, x.defaultKeyFunc = cache.DeletionHandlingMetaNamespaceKeyFunc, true
 	}
 	if !x.bounded {
 		x.objs = map[string]any{}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -163,14 +165,22 @@ func (x *Indexer) reportUndecodable(n int) {
 // are many: errs[i] is key i's own error (its record is absent or does not
 // decode); err is the file's (a read transaction that failed, or a closed
 // DB), and then objs and errs mean nothing. The caller may hold mu
-// (shared) or not.
+// (shared) or not. Each worker reads its share in key order with one
+// cursor (store.Reader) and decodes the payloads where bbolt maps them,
+// within its read transaction: the decoders copy what they keep.
 func (x *Indexer) decodeKeys(keys []string) (objs []runtime.Object, errs []error, err error) {
 	objs = make([]runtime.Object, len(keys))
 	errs = make([]error, len(keys))
+	order := keyOrder(keys)
 	decodeRange := func(from, to int) error {
 		return x.db.View(func(tx *store.Tx) error {
-			for i := from; i < to; i++ {
-				objs[i], errs[i] = x.readLocked(tx, keys[i])
+			rd := tx.Reader(x.name)
+			for j := from; j < to; j++ {
+				i := j
+				if order != nil {
+					i = order[j]
+				}
+				objs[i], errs[i] = x.decodeRecord(keys[i], rd.Get(keys[i]))
 			}
 			return nil
 		})
@@ -184,6 +194,20 @@ func (x *Indexer) decodeKeys(keys []string) (objs []runtime.Object, errs []error
 		}
 	})
 	return objs, errs, err
+}
+
+// keyOrder returns the positions of keys in ascending key order, or nil
+// when they are in that order already.
+func keyOrder(keys []string) []int {
+	if slices.IsSorted(keys) {
+		return nil
+	}
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	return order
 }
 
 // installLocked checks the index values of the keys that are still

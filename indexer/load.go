@@ -13,6 +13,7 @@ import (
 
 	"github.com/boltinformer/boltinformer/internal/codec"
 	"github.com/boltinformer/boltinformer/store"
+	"k8s.io/client-go/tools/cache"
 )
 
 func newCodec(opts *Options) (*codec.Codec, error) {
@@ -530,20 +531,32 @@ func (x *Indexer) markUndecodable(bad []badRead) {
 }
 
 func (x *Indexer) readLocked(tx *store.Tx, key string) (runtime.Object, error) {
-	r, err := tx.Get(x.name, key)
-	if err != nil {
-		return nil, fmt.Errorf("indexer %q: %w", x.name, err)
-	}
-	if r == nil {
+	return x.decodeRecord(key, tx.GetRaw(x.name, key))
+}
+
+// decodeRecord decodes raw, the record of key read from the file in the
+// caller's read transaction (nil: there is none), without copying it: its
+// checksum is verified and its payload decoded in place (the decoders
+// copy what the object keeps), and the object is checked against the key
+// and the envelope (checkEnvelope).
+func (x *Indexer) decodeRecord(key string, raw []byte) (runtime.Object, error) {
+	if raw == nil {
 		return nil, fmt.Errorf("indexer %q: %w: key %q is in memory but not in the file", x.name, store.ErrCorrupt, key)
 	}
-	err = x.checkType(key, r)
+	h, err := store.ScanRecord(key, raw, nil)
+	if err != nil {
+		return nil, fmt.Errorf("indexer %q: informer %q key %q: %w", x.name, x.name, key, err)
+	}
+	// The fields checkType and Decode read; the strings are empty (no
+	// allocation) for a typed informer's plaintext records.
+	r := store.Record{Codec: h.Codec, KeyID: string(h.KeyID), APIVersion: string(h.APIVersion), Kind: string(h.Kind), Type: string(h.Type), Payload: h.Payload}
+	err = x.checkType(key, &r)
 	var obj runtime.Object
 	if err == nil {
-		obj, err = x.codec.Decode(key, r)
+		obj, err = x.codec.Decode(key, &r)
 	}
 	if err == nil {
-		err = x.checkEnvelope(key, r, obj)
+		err = x.checkEnvelope(key, h.ResourceVersion, h.UID, obj)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("indexer %q: %w", x.name, errors.Join(store.ErrCorrupt, err))
@@ -553,23 +566,32 @@ func (x *Indexer) readLocked(tx *store.Tx, key string) (runtime.Object, error) {
 
 // checkEnvelope checks a decoded record against what is outside its
 // payload checksum: the key it is stored under and the envelope's UID and
-// resourceVersion must be the object's own. A flipped bit in a key would
-// otherwise load an object under a key it does not have (a phantom, and
-// the real key lost), silently.
-func (x *Indexer) checkEnvelope(key string, r *store.Record, obj runtime.Object) error {
-	k, err := x.keyFunc(obj)
-	if err != nil {
-		return fmt.Errorf("record %q: %w", key, err)
-	}
-	if k != key {
-		return fmt.Errorf("record stored under key %q holds object %q", key, k)
-	}
+// resourceVersion (rv and uid) must be the object's own. A flipped bit in
+// a key would otherwise load an object under a key it does not have (a
+// phantom, and the real key lost), silently.
+func (x *Indexer) checkEnvelope(key string, rv, uid []byte, obj runtime.Object) error {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return fmt.Errorf("record %q: %w", key, err)
 	}
-	if m.GetResourceVersion() != r.ResourceVersion || string(m.GetUID()) != r.UID {
-		return fmt.Errorf("record %q: envelope has resourceVersion %q uid %q, the object %q and %q", key, r.ResourceVersion, r.UID, m.GetResourceVersion(), m.GetUID())
+	if x.defaultKeyFunc {
+		// The key MetaNamespaceKeyFunc makes, compared without making it.
+		ns, name := m.GetNamespace(), m.GetName()
+		if ns == "" && key != name || ns != "" && (len(key) != len(ns)+1+len(name) || key[:len(ns)] != ns || key[len(ns)] != '/' || key[len(ns)+1:] != name) {
+			k, _ := cache.MetaNamespaceKeyFunc(obj)
+			return fmt.Errorf("record stored under key %q holds object %q", key, k)
+		}
+	} else {
+		k, err := x.keyFunc(obj)
+		if err != nil {
+			return fmt.Errorf("record %q: %w", key, err)
+		}
+		if k != key {
+			return fmt.Errorf("record stored under key %q holds object %q", key, k)
+		}
+	}
+	if m.GetResourceVersion() != string(rv) || string(m.GetUID()) != string(uid) {
+		return fmt.Errorf("record %q: envelope has resourceVersion %q uid %q, the object %q and %q", key, rv, uid, m.GetResourceVersion(), m.GetUID())
 	}
 	return nil
 }

@@ -101,6 +101,64 @@ func (t *Tx) GetRaw(informer, key string) []byte {
 	return objs.Get(bucketKey(key))
 }
 
+// Reader reads the records of one informer by key, for a caller that
+// asks for keys mostly in ascending order (a chunk of a warm start's
+// keys, in file order): it steps its cursor forward over a few records
+// instead of searching the tree again for each key, so such a read costs
+// about what a cursor walk does. It is valid during the transaction only
+// and is not safe for concurrent use.
+type Reader struct {
+	c    *bolt.Cursor // nil: the informer has no objects bucket
+	k, v []byte       // the cursor's position (k nil: none)
+}
+
+// Reader returns a reader of the informer's records.
+func (t *Tx) Reader(informer string) *Reader {
+	objs := t.sub(informer, bucketObjects)
+	if objs == nil {
+		return &Reader{}
+	}
+	return &Reader{c: objs.Cursor()}
+}
+
+// readerSteps is how many records Reader.Get steps over before it
+// searches the tree.
+const readerSteps = 8
+
+// Get returns the encoded record of key (valid during the transaction),
+// or nil if there is none: GetRaw's answer. Keys are compared in their
+// bucket form (an escaped key is not where its object key sorts: it is
+// found by a search).
+func (r *Reader) Get(key string) []byte {
+	if r.c == nil {
+		return nil
+	}
+	kb := bucketKey(key)
+	if r.k != nil {
+		switch cmp := bytes.Compare(r.k, kb); {
+		case cmp == 0:
+			return r.v // nil for a nested bucket, as Bucket.Get
+		case cmp < 0:
+			for range readerSteps {
+				if r.k, r.v = r.c.Next(); r.k == nil {
+					return nil // every key after the last one is smaller
+				}
+				if c := bytes.Compare(r.k, kb); c >= 0 {
+					if c == 0 {
+						return r.v
+					}
+					return nil // stepped past where it would be
+				}
+			}
+		}
+	}
+	r.k, r.v = r.c.Seek(kb)
+	if r.k != nil && bytes.Equal(r.k, kb) {
+		return r.v
+	}
+	return nil
+}
+
 // Get returns the decoded record of key, or nil if there is none.
 func (t *Tx) Get(informer, key string) (*Record, error) {
 	raw := t.GetRaw(informer, key)
