@@ -212,7 +212,7 @@ func BenchmarkTimeToSynced(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		payloads := readPayloads(b, warmPath)
+		payloads, payloadCodec := readPayloads(b, warmPath)
 
 		clientGo := func(lw cache.ListerWatcher) func(b *testing.B) {
 			return func(b *testing.B) {
@@ -317,7 +317,7 @@ func BenchmarkTimeToSynced(b *testing.B) {
 				runtime.GC()
 				b.StartTimer()
 				start, cpu0 := time.Now(), cpuTime()
-				objs, err := floor.DecodeAll(store.CodecProtobuf, payloads, func() k8sruntime.Object { return &corev1.Pod{} })
+				objs, err := floor.DecodeAll(payloadCodec, payloads, func() k8sruntime.Object { return &corev1.Pod{} })
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -333,8 +333,8 @@ func BenchmarkTimeToSynced(b *testing.B) {
 }
 
 // readPayloads returns the payloads of the informer "pods" in the file at
-// path.
-func readPayloads(b *testing.B, path string) [][]byte {
+// path, all of one codec, and that codec.
+func readPayloads(b *testing.B, path string) ([][]byte, store.Codec) {
 	b.Helper()
 	db, err := store.Open(path, &store.Options{ReadOnly: true})
 	if err != nil {
@@ -342,9 +342,13 @@ func readPayloads(b *testing.B, path string) [][]byte {
 	}
 	defer db.Close()
 	var out [][]byte
+	var kind store.Codec
 	err = db.View(func(tx *store.Tx) error {
 		return tx.ForEach("pods", func(_ string, r *store.Record) error {
-			if r.Codec != store.CodecProtobuf || r.KeyID != "" {
+			if kind == store.CodecUnknown {
+				kind = r.Codec
+			}
+			if r.Codec != kind || r.KeyID != "" {
 				return fmt.Errorf("record of codec %v, key id %q", r.Codec, r.KeyID)
 			}
 			out = append(out, r.Payload)
@@ -354,7 +358,7 @@ func readPayloads(b *testing.B, path string) [][]byte {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return out
+	return out, kind
 }
 
 // feedLW lists a fixed set of Pods and serves one watch fed by the
