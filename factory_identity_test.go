@@ -10,6 +10,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
@@ -177,6 +178,41 @@ func TestRegressionClusterIDUntrustedServerIsNotOffline(t *testing.T) {
 	}
 	if !errors.Is(err, boltinformer.ErrClusterIdentity) {
 		t.Fatalf("NewFactory against an untrusted server: %v, want ErrClusterIdentity", err)
+	}
+}
+
+// TestRegressionClusterIDTLSAlertIsNotOffline: a server that ends the TLS
+// handshake with an alert (it requires a client certificate the config
+// does not have, or speaks no TLS version the client accepts) answered:
+// it counted as offline, and the file was resumed unchecked.
+func TestRegressionClusterIDTLSAlertIsNotOffline(t *testing.T) {
+	for name, cfg := range map[string]*tls.Config{
+		"client certificate required": {ClientAuth: tls.RequireAnyClientCert},
+		"no common TLS version":       {MaxVersion: tls.VersionTLS10, MinVersion: tls.VersionTLS10},
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "cache.db")
+			podsFileFor(t, path, "uid-1")
+			srv := httptest.NewUnstartedServer(http.NotFoundHandler())
+			srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the failed handshakes
+			srv.TLS = cfg
+			srv.StartTLS()
+			defer srv.Close()
+			db, err := boltinformer.Open(path, &boltinformer.Options{Logger: &quietLogger, NoSync: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+			rc := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{CAData: ca}}
+			f, err := boltinformer.NewFactory(db, rc, &boltinformer.FactoryOptions{LookupTimeout: time.Second})
+			if err == nil {
+				t.Fatalf("NewFactory against a server that ended the handshake with an alert: no error (cluster %q): taken for offline", f.ClusterID())
+			}
+			if !errors.Is(err, boltinformer.ErrClusterIdentity) {
+				t.Fatalf("NewFactory: %v, want ErrClusterIdentity", err)
+			}
+		})
 	}
 }
 

@@ -39,8 +39,9 @@ const (
 	// connection error or a timeout, no HTTP answer), the start is offline:
 	// the identity is not checked and the file is trusted. Any answer of
 	// the server that is not the namespace (401, 403, 404, 5xx after
-	// retries within LookupTimeout), or a certificate the config does not
-	// trust, is NewFactory's error wrapping ErrClusterIdentity.
+	// retries within LookupTimeout), a certificate the config does not
+	// trust, or a TLS handshake the server ends with an alert, is
+	// NewFactory's error wrapping ErrClusterIdentity.
 	IdentityNamespaceUID ClusterIdentity = iota
 	// IdentityEndpoint is a fingerprint of where the config points and whom
 	// it trusts (EndpointIdentity): no API call, no RBAC, and the same
@@ -174,8 +175,9 @@ func transientStatus(err error) bool {
 // connection that could not be made or broke, a name that did not
 // resolve, or a timeout. Any HTTP answer is not offline (the server is
 // there, and may be another cluster's), nor is a certificate that the
-// config does not trust (a server that is not the one configured), nor an
-// error this function does not know.
+// config does not trust (a server that is not the one configured), nor a
+// TLS alert (a server that refused the handshake, e.g. our client
+// certificate: it is there), nor an error this function does not know.
 func isOffline(err error) bool {
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
@@ -196,6 +198,9 @@ func isOffline(err error) bool {
 		dns *net.DNSError
 		ne  net.Error
 	)
+	if errors.As(err, &op) && isTLSAlert(op) {
+		return false
+	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
 		return true
@@ -210,4 +215,12 @@ func isOffline(err error) bool {
 		return true
 	}
 	return false
+}
+
+// isTLSAlert reports whether op is a TLS alert that the peer sent
+// ("remote error: tls: certificate required", "... bad certificate") or
+// that crypto/tls sent it over a handshake the peer took part in ("local
+// error: tls: ..."): a server answered, at the TLS layer.
+func isTLSAlert(op *net.OpError) bool {
+	return op.Op == "remote error" || op.Op == "local error"
 }
