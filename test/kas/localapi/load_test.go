@@ -58,6 +58,14 @@ func TestLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The writes go over a connection of their own (client-go shares one
+	// transport between clients of equal TLS configurations).
+	wcfg := cluster.RESTConfig()
+	wcfg.DisableCompression = true
+	writer, err := kubernetes.NewForConfig(wcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	prefix := fmt.Sprintf("load-%d", time.Now().Unix())
 	var nss []string
@@ -104,7 +112,7 @@ func TestLoad(t *testing.T) {
 				cfg.AcceptContentTypes = "application/json"
 				cfg.ContentType = "application/json"
 			}
-			r := runLoad(t, cs, cfg, pid, nss)
+			r := runLoad(t, writer, cfg, pid, nss)
 			r.target, r.format = target, format
 			results = append(results, r)
 			t.Logf("%s %s: %d lists (%d failed, %d late), p50 %s p90 %s p99 %s max %s; server CPU %s (%.2f cores), RSS %d MiB; watchers got %d events",
@@ -174,7 +182,9 @@ func runLoad(t *testing.T, writer kubernetes.Interface, cfg *rest.Config, pid in
 	}
 	up.Wait() // the watches are up
 	cpu0, _ := harness.ProcessCPU(pid)
-	// Writes: label patches on Pods across the namespaces.
+	// Writes: label patches on Pods across the namespaces, counted.
+	var writes, writeErrs atomic.Int64
+	var writeErr atomic.Pointer[error]
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -187,8 +197,14 @@ func runLoad(t *testing.T, writer kubernetes.Interface, cfg *rest.Config, pid in
 			case <-tick.C:
 			}
 			k := (i * 37) % loadPods
-			_, _ = writer.CoreV1().Pods(nss[k%len(nss)]).Patch(context.Background(), fmt.Sprintf("pod-%05d", k),
+			_, err := writer.CoreV1().Pods(nss[k%len(nss)]).Patch(context.Background(), fmt.Sprintf("pod-%05d", k),
 				types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"labels":{"gen":"%d"}}}`, i)), metav1.PatchOptions{})
+			if err != nil {
+				writeErrs.Add(1)
+				writeErr.CompareAndSwap(nil, &err)
+			} else {
+				writes.Add(1)
+			}
 		}
 	}()
 	// Lists: an open loop at loadListRate; a request that finds every
@@ -248,6 +264,10 @@ func runLoad(t *testing.T, writer kubernetes.Interface, cfg *rest.Config, pid in
 	wg.Wait()
 	if e := watchErr.Load(); e != nil {
 		t.Logf("a watcher failed: %v", *e)
+	}
+	t.Logf("%d writes made, %d failed", writes.Load(), writeErrs.Load())
+	if e := writeErr.Load(); e != nil {
+		t.Logf("a write failed: %v", *e)
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	pct := func(p float64) time.Duration {
