@@ -11,6 +11,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -140,6 +141,33 @@ func TestRegressionWrongKeyIsConfigurationError(t *testing.T) {
 					checkSecretsServed(t, inf, 3)
 				})
 			}
+		}
+	}
+}
+
+// TestRegressionWrongKeyMessageNotCorrupt: the error of a keyring that
+// does not open the file said, after the reason, "store: cache file is
+// corrupt" (the load's wrapping of the decoding error), on two lines: a
+// configuration error must not read as damage.
+func TestRegressionWrongKeyMessageNotCorrupt(t *testing.T) {
+	k1 := testKeyring("k1", 1)
+	for name, keyring := range map[string]*boltinformer.Keyring{
+		"wrong key":      testKeyring("k1", 9),
+		"missing key id": testKeyring("k2", 2),
+		"no keyring":     nil,
+	} {
+		for mode, mo := range memoryModes {
+			t.Run(name+"/"+mode, func(t *testing.T) {
+				path := filepath.Join(t.TempDir(), "cache.db")
+				writeSecrets(t, path, k1, 3)
+				_, _, err := openSecrets(t, path, keyring, mo, boltinformer.Options{})
+				if !errors.Is(err, boltinformer.ErrEncryptionKey) {
+					t.Fatalf("NewInformer with %s: %v, want ErrEncryptionKey", name, err)
+				}
+				if msg := err.Error(); strings.Contains(msg, store.ErrCorrupt.Error()) || strings.Contains(msg, "\n") || !strings.Contains(msg, "codec:") {
+					t.Fatalf("NewInformer with %s: %q: want the codec's reason, on one line, without %q", name, msg, store.ErrCorrupt)
+				}
+			})
 		}
 	}
 }

@@ -1,10 +1,12 @@
 package indexer
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 
+	"github.com/boltinformer/boltinformer/internal/codec"
 	"github.com/boltinformer/boltinformer/store"
 )
 
@@ -25,7 +27,34 @@ func (x *Indexer) keyringError(key, keyID string, err error) error {
 	default:
 		why = fmt.Sprintf("object %q does not open with the keyring's key %q: wrong key", key, keyID)
 	}
-	return fmt.Errorf("indexer %q: load %s: %w: %s (%v)", x.name, x.db.Path(), ErrEncryptionKey, why, err)
+	return fmt.Errorf("indexer %q: load %s: %w: %s (%v)", x.name, x.db.Path(), ErrEncryptionKey, why, codecCause(err))
+}
+
+// codecCause returns the codec's error within err, a decoding error that
+// the load wrapped as record damage (store.ErrCorrupt): a configuration
+// error's message gives the codec's reason, and does not call the file
+// corrupt. It returns err when it finds none.
+func codecCause(err error) error {
+	for e := err; e != nil && errors.Is(e, store.ErrCorrupt); {
+		switch u := e.(type) {
+		case interface{ Unwrap() []error }:
+			next := error(nil)
+			for _, inner := range u.Unwrap() {
+				if !errors.Is(inner, store.ErrCorrupt) && (errors.Is(inner, codec.ErrWrongKey) || errors.Is(inner, codec.ErrEncrypted)) {
+					return inner
+				}
+				if errors.Is(inner, store.ErrCorrupt) && inner != store.ErrCorrupt {
+					next = inner
+				}
+			}
+			e = next
+		case interface{ Unwrap() error }:
+			e = u.Unwrap()
+		default:
+			e = nil
+		}
+	}
+	return err
 }
 
 // reseal rewrites in the file the payloads of the loaded records of keys,
