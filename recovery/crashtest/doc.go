@@ -60,7 +60,11 @@
 // the saved resourceVersion, index values included. Compare checks an
 // in-memory cache the same way.
 //
-// The kit never opens a network connection. recovery's crash loop test
+// Handler serves Sources over HTTP as a Kubernetes API, for agents whose
+// informers come from a rest.Config (a boltinformer.Factory): a restart
+// test then runs the agent's own wiring (examples/edge-agent does). The kit
+// itself never opens a network connection: a test serves the Handler on
+// 127.0.0.1 (httptest). recovery's crash loop test
 // (crashloop_test.go) is the complete example; docs/RELIABILITY.md
 // describes what it proves.
 package crashtest
