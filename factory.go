@@ -70,6 +70,14 @@ type FactoryOptions struct {
 	// resources are known to the server alone): Start logs a warning for
 	// an entry that no informer has matched.
 	Keyrings map[string]*Keyring
+	// Scopes give the resources they name their own namespace and list
+	// options, instead of Namespace and TweakListOptions: one factory
+	// watches, say, the Pods bound to one node in every namespace
+	// ("pods": {TweakListOptions: a spec.nodeName field selector}) and the
+	// ConfigMaps and Secrets of one namespace (Namespace "edge"). Entries
+	// name resources as Keyrings entries do; NewFactory rejects an entry
+	// that can never match, and two entries that name a common resource.
+	Scopes map[string]Scope
 }
 
 // Factory builds informers for many resources on one DB (one file, one
@@ -80,6 +88,7 @@ type Factory struct {
 	config   *rest.Config
 	opts     FactoryOptions
 	keyrings []*keyringEntry
+	scopes   []*scopeEntry
 	cluster  string
 	dynamic  dynamic.Interface
 	meta     metadata.Interface
@@ -118,6 +127,10 @@ func NewFactory(db *DB, config *rest.Config, opts *FactoryOptions) (*Factory, er
 	if err != nil {
 		return nil, err
 	}
+	scopes, err := parseScopes(o.Scopes)
+	if err != nil {
+		return nil, err
+	}
 	dc, err := dynamic.NewForConfig(config)
 	if err != nil {
 		return nil, fmt.Errorf("boltinformer: factory: %w", err)
@@ -126,7 +139,7 @@ func NewFactory(db *DB, config *rest.Config, opts *FactoryOptions) (*Factory, er
 	if err != nil {
 		return nil, fmt.Errorf("boltinformer: factory: %w", err)
 	}
-	f := &Factory{db: db, config: rest.CopyConfig(config), opts: o, keyrings: keyrings, dynamic: dc, meta: mc,
+	f := &Factory{db: db, config: rest.CopyConfig(config), opts: o, keyrings: keyrings, scopes: scopes, dynamic: dc, meta: mc,
 		informers: map[string]*Informer{}, started: map[string]bool{}, matched: map[*keyringEntry]bool{}}
 	switch {
 	case o.ClusterID != "":
@@ -163,37 +176,26 @@ func (f *Factory) restClient(gv schema.GroupVersion) (*rest.RESTClient, error) {
 	return rest.RESTClientFor(cfg)
 }
 
-func (f *Factory) tweak(o *metav1.ListOptions) {
-	if f.opts.TweakListOptions != nil {
-		f.opts.TweakListOptions(o)
-	}
-}
-
-func (f *Factory) fingerprint() string {
-	var o metav1.ListOptions
-	f.tweak(&o)
-	return ListOptionsFingerprint(f.opts.Namespace, o)
-}
-
-// metadataLister lists gvr's metadata with the factory's namespace and
+// metadataLister lists gvr's metadata with its scope's namespace and
 // list options: what a warm start diffs against its cache to know when it
 // is fresh.
 func (f *Factory) metadataLister(gvr schema.GroupVersionResource) MetadataLister {
-	ri := f.meta.Resource(gvr).Namespace(f.opts.Namespace)
+	sc := f.scope(gvr.GroupResource())
+	ri := f.meta.Resource(gvr).Namespace(sc.Namespace)
 	return MetadataListerFunc(func(ctx context.Context, o metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
-		f.tweak(&o)
+		sc.tweak(&o)
 		return ri.List(ctx, o)
 	})
 }
 
 // exactGetter reads one object as it was at an exact resourceVersion with
-// the factory's list options: a LIST in its namespace with a
-// metadata.name field selector (and the factory's) and
-// resourceVersionMatch=Exact.
+// its scope's list options: a LIST in its namespace with a metadata.name
+// field selector (and the scope's) and resourceVersionMatch=Exact.
 func (f *Factory) exactGetter(gr schema.GroupResource, list func(ctx context.Context, namespace string, o metav1.ListOptions) (runtime.Object, error)) ObjectGetter {
+	sc := f.scope(gr)
 	return ObjectGetterFunc(func(ctx context.Context, namespace, name, rv string) (runtime.Object, error) {
 		var o metav1.ListOptions
-		f.tweak(&o)
+		sc.tweak(&o)
 		sel := fields.OneTermEqualSelector("metadata.name", name).String()
 		if o.FieldSelector != "" {
 			sel = o.FieldSelector + "," + sel
@@ -223,7 +225,10 @@ func (f *Factory) informerOptionsLocked(gvr schema.GroupVersionResource) *Inform
 	io := f.opts.Informer
 	io.ClusterID = f.cluster
 	io.Resource = gvr.String()
-	io.ListOptions = f.fingerprint()
+	sc := f.scope(gvr.GroupResource())
+	var lo metav1.ListOptions
+	sc.tweak(&lo)
+	io.ListOptions = ListOptionsFingerprint(sc.Namespace, lo)
 	io.Metadata = f.metadataLister(gvr)
 	for _, e := range f.keyrings {
 		if e.matches(gvr.GroupResource()) {
@@ -261,7 +266,8 @@ func (f *Factory) InformerFor(example runtime.Object, resource string, indexers 
 	if err != nil {
 		return nil, fmt.Errorf("boltinformer: factory: %w", err)
 	}
-	lw := cache.ToListWatcherWithWatchListSemantics(cache.NewFilteredListWatchFromClient(rc, resource, f.opts.Namespace, f.tweak), rc)
+	sc := f.scope(gvr.GroupResource())
+	lw := cache.ToListWatcherWithWatchListSemantics(cache.NewFilteredListWatchFromClient(rc, resource, sc.Namespace, sc.tweak), rc)
 	if indexers == nil {
 		indexers = defaultIndexers
 	}
@@ -286,14 +292,15 @@ func (f *Factory) ForResource(gvr schema.GroupVersionResource, indexers cache.In
 	if inf := f.informers[name]; inf != nil {
 		return inf, nil
 	}
-	ri := f.dynamic.Resource(gvr).Namespace(f.opts.Namespace)
+	sc := f.scope(gvr.GroupResource())
+	ri := f.dynamic.Resource(gvr).Namespace(sc.Namespace)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			f.tweak(&o)
+			sc.tweak(&o)
 			return ri.List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			f.tweak(&o)
+			sc.tweak(&o)
 			return ri.Watch(ctx, o)
 		},
 	}
