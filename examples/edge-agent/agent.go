@@ -10,10 +10,10 @@ import (
 )
 
 // agent is the edge agent's state: the Pods bound to its node and its
-// namespace's ConfigMaps and Secrets, each a persistent informer, with the
-// generated listers the agent reads and a count of Pod events it handled.
-// main builds the informers from a Factory; its restart-resilience test
-// (restart_test.go) builds them over crashtest Sources.
+// namespace's ConfigMaps and Secrets (unless -secrets=false: secrets and
+// secretLister are nil), each a persistent informer from one Factory, with
+// the generated listers the agent reads and a count of Pod events it
+// handled.
 type agent struct {
 	pods, configMaps, secrets *boltinformer.Informer
 
@@ -31,7 +31,9 @@ func newAgent(pods, configMaps, secrets *boltinformer.Informer) (*agent, error) 
 		pods: pods, configMaps: configMaps, secrets: secrets,
 		podLister:       corev1listers.NewPodLister(pods.GetIndexer()),
 		configMapLister: corev1listers.NewConfigMapLister(configMaps.GetIndexer()),
-		secretLister:    corev1listers.NewSecretLister(secrets.GetIndexer()),
+	}
+	if secrets != nil {
+		a.secretLister = corev1listers.NewSecretLister(secrets.GetIndexer())
 	}
 	_, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { a.podEvents.Add(1) },
@@ -46,7 +48,11 @@ func newAgent(pods, configMaps, secrets *boltinformer.Informer) (*agent, error) 
 
 // informers returns the agent's informers.
 func (a *agent) informers() []*boltinformer.Informer {
-	return []*boltinformer.Informer{a.pods, a.configMaps, a.secrets}
+	infs := []*boltinformer.Informer{a.pods, a.configMaps}
+	if a.secrets != nil {
+		infs = append(infs, a.secrets)
+	}
+	return infs
 }
 
 // synced reports whether every cache has synced.

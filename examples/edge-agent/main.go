@@ -2,16 +2,17 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -21,10 +22,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -32,41 +37,130 @@ import (
 	"github.com/boltinformer/boltinformer"
 )
 
+// config is the agent's command line.
 type config struct {
 	kubeconfig, node, namespace, cachePath, listen, keyFile string
-	report, once                                            bool
+	secrets, keepManagedFields, report, once                bool
 	duration                                                time.Duration
 }
 
 func main() {
-	var c config
-	flag.StringVar(&c.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster")
-	flag.StringVar(&c.node, "node", "node-1", "the node this agent runs on (Pods are selected by spec.nodeName)")
-	flag.StringVar(&c.namespace, "namespace", "edge", "namespace of the ConfigMaps and Secrets the agent needs")
-	flag.StringVar(&c.cachePath, "cache", "edge-agent.db", "the cache file")
-	flag.StringVar(&c.listen, "listen", "127.0.0.1:0", "loopback address for /metrics, /healthz and /status")
-	flag.StringVar(&c.keyFile, "secret-key-file", "", "file with a base64 AES key to encrypt cached Secrets (default: the demo's fixed key, not a secret)")
-	flag.BoolVar(&c.report, "report", false, "print one JSON line with start timings and request counts once synced")
-	flag.BoolVar(&c.once, "once", false, "exit after the report (with -report)")
-	flag.DurationVar(&c.duration, "duration", 0, "run this long, then stop (0: until SIGTERM)")
-	klog.InitFlags(nil)
-	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	code := agentMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// agentMain is main without the signals: it parses and checks the command
+// line, reads the key file and the kubeconfig, and only then opens the
+// cache file and runs the agent until ctx ends (or -duration, or -once).
+// It returns the exit status: 0, 1 on an error, 2 on a usage error.
+func agentMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "edge-agent:", err)
+		return 2
+	}
 	if c.duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, c.duration, errDurationElapsed)
 		defer cancel()
 	}
-	err := run(ctx, c)
+	err = run(ctx, c, stdout)
 	switch {
 	case errors.Is(err, errStoppedBeforeSync):
 		// A signal (or -duration) is a requested stop, not a failure.
-		fmt.Fprintln(os.Stderr, "edge-agent:", err)
+		fmt.Fprintln(stderr, "edge-agent:", err)
 	case err != nil:
-		fmt.Fprintln(os.Stderr, "edge-agent:", err)
-		os.Exit(1)
+		fmt.Fprintln(stderr, "edge-agent:", err)
+		return 1
 	}
+	return 0
+}
+
+// parseFlags parses args into a config and checks every value that can be
+// checked without reading a file.
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("edge-agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster")
+	fs.StringVar(&c.node, "node", "node-1", "the node this agent runs on (Pods are selected by spec.nodeName)")
+	fs.StringVar(&c.namespace, "namespace", "edge", "namespace of the ConfigMaps and Secrets the agent needs")
+	fs.StringVar(&c.cachePath, "cache", "edge-agent.db", "the cache file")
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:0", `address of /metrics, /healthz and /status (":9090" for every interface; /status lists the node's Pods)`)
+	fs.StringVar(&c.keyFile, "key-file", "", "keys that encrypt the cached Secrets at rest: a Kubernetes EncryptionConfiguration with an aesgcm provider for secrets (required with -secrets)")
+	fs.BoolVar(&c.secrets, "secrets", true, "cache the namespace's Secrets (encrypted with -key-file)")
+	fs.BoolVar(&c.keepManagedFields, "keep-managed-fields", false, "keep metadata.managedFields in the cache (by default a transform drops them: the agent never reads them)")
+	fs.BoolVar(&c.report, "report", false, "print one JSON line with start timings and request counts once synced")
+	fs.BoolVar(&c.once, "once", false, "exit after the report (with -report)")
+	fs.DurationVar(&c.duration, "duration", 0, "run this long, then stop (0: until SIGTERM)")
+	klog.InitFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return c, c.validate()
+}
+
+// validate checks the flags that need no file.
+func (c *config) validate() error {
+	var errs []error
+	if errs1 := validation.IsDNS1123Subdomain(c.node); len(errs1) > 0 {
+		errs = append(errs, fmt.Errorf("-node %q: %s", c.node, strings.Join(errs1, "; ")))
+	}
+	if errs1 := validation.IsDNS1123Label(c.namespace); len(errs1) > 0 {
+		errs = append(errs, fmt.Errorf("-namespace %q: %s", c.namespace, strings.Join(errs1, "; ")))
+	}
+	if c.cachePath == "" {
+		errs = append(errs, errors.New("-cache: give the cache file"))
+	}
+	if _, port, err := net.SplitHostPort(c.listen); err != nil {
+		errs = append(errs, fmt.Errorf(`-listen %q: want host:port, e.g. 127.0.0.1:9090 or ":9090" (every interface)`, c.listen))
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		errs = append(errs, fmt.Errorf("-listen %q: port %q is not a port number", c.listen, port))
+	}
+	if c.secrets && c.keyFile == "" {
+		errs = append(errs, errors.New("-key-file: required to cache Secrets, which are encrypted at rest: "+
+			"give an EncryptionConfiguration with an aesgcm key for secrets, or -secrets=false"))
+	}
+	if c.once && !c.report {
+		errs = append(errs, errors.New("-once: only with -report"))
+	}
+	if c.duration < 0 {
+		errs = append(errs, fmt.Errorf("-duration %s is negative", c.duration))
+	}
+	return errors.Join(errs...)
+}
+
+// secretsKeyring is the Keyrings entry of the core group's Secrets in
+// what boltinformer.ReadEncryptionConfiguration returns.
+const secretsKeyring = "secrets.v1."
+
+// readKeys reads -key-file, which must seal Secrets when they are cached.
+func (c *config) readKeys() (map[string]*boltinformer.Keyring, error) {
+	if c.keyFile == "" {
+		return nil, nil
+	}
+	keyrings, err := boltinformer.ReadEncryptionConfiguration(c.keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("-key-file: %w", err)
+	}
+	if c.secrets {
+		k := keyrings[secretsKeyring]
+		switch {
+		case k == nil:
+			return nil, fmt.Errorf("-key-file %s: no aesgcm key for secrets: Secrets would be cached in plaintext", c.keyFile)
+		case k.Current == "":
+			return nil, fmt.Errorf("-key-file %s: the first provider for secrets is identity: Secrets would be cached in plaintext", c.keyFile)
+		}
+	}
+	return keyrings, nil
 }
 
 var (
@@ -92,14 +186,32 @@ type Report struct {
 	FirstRequestVerb string            `json:"firstRequestVerb"`
 }
 
-func run(ctx context.Context, c config) error {
+// testHookSynced, when set, is called once the caches have synced (the
+// restart test's hook into main's own wiring); its error ends run.
+var testHookSynced func(ctx context.Context, a *agent) error
+
+// run is the agent: everything that needs no file has been checked
+// (parseFlags); it reads the key file and the kubeconfig, then opens the
+// cache file, builds the informers from one factory and runs them until
+// ctx ends.
+func run(ctx context.Context, c *config, stdout io.Writer) error {
 	start := time.Now()
+	keyrings, err := c.readKeys()
+	if err != nil {
+		return err
+	}
 	rc, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
 	counter := &requestCounter{}
 	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
+	// The listener before the file, too: a taken port fails here.
+	l, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return fmt.Errorf("-listen: %w", err)
+	}
+	defer l.Close()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector())
@@ -108,40 +220,7 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	defer db.Close()
-	key, err := secretKey(c.keyFile)
-	if err != nil {
-		return err
-	}
-	nodeSelector := fields.OneTermEqualSelector("spec.nodeName", c.node).String()
-	podFactory, err := boltinformer.NewFactory(db, rc, &boltinformer.FactoryOptions{
-		TweakListOptions: func(o *metav1.ListOptions) { o.FieldSelector = nodeSelector },
-		LookupTimeout:    2 * time.Second,
-	})
-	if err != nil {
-		return err
-	}
-	nsFactory, err := boltinformer.NewFactory(db, rc, &boltinformer.FactoryOptions{
-		Namespace:     c.namespace,
-		ClusterID:     podFactory.ClusterID(),
-		Keyrings:      map[string]*boltinformer.Keyring{"secrets": {Current: "k1", Keys: map[string][]byte{"k1": key}}},
-		LookupTimeout: 2 * time.Second,
-	})
-	if err != nil {
-		return err
-	}
-	pods, err := podFactory.InformerFor(&corev1.Pod{}, "pods", nil)
-	if err != nil {
-		return err
-	}
-	cms, err := nsFactory.InformerFor(&corev1.ConfigMap{}, "configmaps", nil)
-	if err != nil {
-		return err
-	}
-	secrets, err := nsFactory.InformerFor(&corev1.Secret{}, "secrets", nil)
-	if err != nil {
-		return err
-	}
-	a, err := newAgent(pods, cms, secrets)
+	f, a, err := newAgentFromFactory(db, rc, c, keyrings)
 	if err != nil {
 		return err
 	}
@@ -150,41 +229,42 @@ func run(ctx context.Context, c config) error {
 	first, _ := a.podLister.List(labels.Everything())
 	firstAt := time.Since(start)
 
-	srv, addr, err := serve(c.listen, reg, db, a.podLister, c.node)
-	if err != nil {
-		return err
-	}
+	srv := serve(l, reg, db, a.podLister, c.node)
 	defer srv.Close()
-	klog.InfoS("Edge agent serving", "addr", addr, "node", c.node, "cache", c.cachePath)
+	klog.InfoS("Edge agent serving", "addr", l.Addr().String(), "node", c.node, "cache", c.cachePath)
 
 	runCtx, cancel := context.WithCancel(ctx)
-	podFactory.Start(runCtx)
-	nsFactory.Start(runCtx)
+	f.Start(runCtx)
 	defer func() {
 		cancel()
-		podFactory.Shutdown()
-		nsFactory.Shutdown()
+		f.Shutdown() // before db.Close: the informers stop, then the file is flushed
 	}()
 	if !cache.WaitForCacheSync(ctx.Done(), a.synced) {
 		// Only ctx ends the wait: a signal or -duration.
 		return fmt.Errorf("%w (%v); not synced: %s", errStoppedBeforeSync, context.Cause(ctx), strings.Join(a.unsynced(), ", "))
 	}
 	syncedAt := time.Since(start)
+	if testHookSynced != nil {
+		if err := testHookSynced(ctx, a); err != nil {
+			return err
+		}
+	}
 	if c.report {
 		// Let the resumed watches reach the server before counting.
 		waitResumed(ctx, 10*time.Second, a.informers()...)
-		podsNow, _ := a.podLister.List(labels.Everything())
-		cmsNow, _ := a.configMapLister.List(labels.Everything())
-		secretsNow, _ := a.secretLister.List(labels.Everything())
 		r := Report{
 			Start:           map[string]string{},
 			FirstListerPods: len(first),
 			FirstListerMS:   ms(firstAt),
 			SyncedMS:        ms(syncedAt),
 			Requests:        counter.snapshot(),
-			PodsOnNode:      len(podsNow),
-			ConfigMaps:      len(cmsNow),
-			Secrets:         len(secretsNow),
+		}
+		podsNow, _ := a.podLister.List(labels.Everything())
+		cmsNow, _ := a.configMapLister.List(labels.Everything())
+		r.PodsOnNode, r.ConfigMaps = len(podsNow), len(cmsNow)
+		if a.secretLister != nil {
+			secretsNow, _ := a.secretLister.List(labels.Everything())
+			r.Secrets = len(secretsNow)
 		}
 		r.FirstRequestVerb = counter.firstVerb()
 		for _, inf := range a.informers() {
@@ -196,13 +276,83 @@ func run(ctx context.Context, c config) error {
 			r.Start[inf.Name()] = mode + ": " + d.Reason
 		}
 		b, _ := json.Marshal(r)
-		fmt.Println(string(b))
+		fmt.Fprintln(stdout, string(b))
 		if c.once {
 			return nil
 		}
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// stripManagedFieldsID is the TransformID of stripManagedFields: a file
+// written with another transform (or none) is not resumed, but relisted.
+const stripManagedFieldsID = "edge-agent/strip-managed-fields/v1"
+
+// stripManagedFields drops metadata.managedFields, which the agent never
+// reads and which are a large part of every object (server-side apply
+// bookkeeping), before objects are stored and written to disk.
+func stripManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil // DeletedFinalStateUnknown and others: as they are
+}
+
+// newAgentFromFactory builds the agent's informers from one factory over
+// db: the Pods bound to the node in every namespace, the ConfigMaps and
+// (with -secrets) the Secrets of the namespace, Secrets sealed with the
+// key file's keys, managedFields dropped unless -keep-managed-fields. The
+// caller starts the factory.
+func newAgentFromFactory(db *boltinformer.DB, rc *rest.Config, c *config, keyrings map[string]*boltinformer.Keyring) (*boltinformer.Factory, *agent, error) {
+	nodeSelector := fields.OneTermEqualSelector("spec.nodeName", c.node).String()
+	opts := &boltinformer.FactoryOptions{
+		Scopes: map[string]boltinformer.Scope{
+			"pods":       {TweakListOptions: func(o *metav1.ListOptions) { o.FieldSelector = nodeSelector }},
+			"configmaps": {Namespace: c.namespace},
+			"secrets":    {Namespace: c.namespace},
+		},
+		Keyrings:      keyrings,
+		LookupTimeout: 2 * time.Second,
+	}
+	if !c.keepManagedFields {
+		opts.Informer.TransformID = stripManagedFieldsID
+	}
+	f, err := boltinformer.NewFactory(db, rc, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	informer := func(example runtime.Object) (*boltinformer.Informer, error) {
+		inf, err := f.InformerFor(example, "", nil)
+		if err != nil {
+			return nil, err
+		}
+		if !c.keepManagedFields {
+			if err := inf.SetTransform(stripManagedFields); err != nil {
+				return nil, err
+			}
+		}
+		return inf, nil
+	}
+	pods, err := informer(&corev1.Pod{})
+	if err != nil {
+		return nil, nil, err
+	}
+	cms, err := informer(&corev1.ConfigMap{})
+	if err != nil {
+		return nil, nil, err
+	}
+	var secrets *boltinformer.Informer
+	if c.secrets {
+		if secrets, err = informer(&corev1.Secret{}); err != nil {
+			return nil, nil, err
+		}
+	}
+	a, err := newAgent(pods, cms, secrets)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, a, nil
 }
 
 func waitResumed(ctx context.Context, d time.Duration, infs ...*boltinformer.Informer) {
@@ -221,27 +371,8 @@ func waitResumed(ctx context.Context, d time.Duration, infs ...*boltinformer.Inf
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// secretKey reads a base64 AES key, or derives the demo's fixed one.
-func secretKey(path string) ([]byte, error) {
-	if path == "" {
-		return []byte("boltinformer-demo-key-32-bytes!!"), nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
-}
-
-func serve(listen string, reg *prometheus.Registry, db *boltinformer.DB, pods corev1listers.PodLister, node string) (*http.Server, string, error) {
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil || net.ParseIP(host) == nil || !net.ParseIP(host).IsLoopback() {
-		return nil, "", fmt.Errorf("-listen %q: must be a loopback address", listen)
-	}
-	l, err := net.Listen("tcp", listen)
-	if err != nil {
-		return nil, "", err
-	}
+// serve serves /metrics, /healthz and /status on l until Close.
+func serve(l net.Listener, reg *prometheus.Registry, db *boltinformer.DB, pods corev1listers.PodLister, node string) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/healthz", db.HealthHandler())
@@ -254,8 +385,8 @@ func serve(listen string, reg *prometheus.Registry, db *boltinformer.DB, pods co
 		}
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	return srv, l.Addr().String(), nil
+	go func() { _ = srv.Serve(l) }() // ends with srv.Close
+	return srv
 }
 
 // requestCounter counts the agent's requests by verb: LIST, WATCH, GET.

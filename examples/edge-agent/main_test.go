@@ -67,23 +67,8 @@ func TestRegressionSIGTERMDuringColdStartExitsZero(t *testing.T) {
 	defer close(stop)
 
 	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: test
-  cluster:
-    server: %s
-contexts:
-- name: test
-  context:
-    cluster: test
-    user: test
-current-context: test
-users:
-- name: test
-  user: {}
-`, srv.URL)), 0o600); err != nil {
+	kubeconfig, err := writeKubeconfig(dir, srv.URL)
+	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -91,6 +76,7 @@ users:
 		"-kubeconfig=" + kubeconfig,
 		"-cache=" + filepath.Join(dir, "agent.db"),
 		"-listen=127.0.0.1:0",
+		"-secrets=false",
 	}, "\n"))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -116,7 +102,6 @@ users:
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	var err error
 	select {
 	case err = <-exited:
 	case <-guard.C:

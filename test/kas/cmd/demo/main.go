@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -143,6 +145,9 @@ func run(ctx context.Context, c config) error {
 
 	cache := filepath.Join(dir, "edge-agent.db")
 	agentLog := filepath.Join(dir, "edge-agent.log")
+	if err := writeKeyFile(filepath.Join(dir, keyFileName)); err != nil {
+		return err
+	}
 	var results []result
 	step("edge agent, first start (no cache file: cold)")
 	cold, err := runAgent(ctx, cluster, agentBin, cache, agentLog, "cold, WatchList", nil)
@@ -333,6 +338,27 @@ func serverCounts(ctx context.Context, c *harness.Cluster) (lists, events float6
 	return lists, events, err
 }
 
+// keyFileName is the agent's -key-file in the demo's directory.
+const keyFileName = "edge-agent-keys.yaml"
+
+// writeKeyFile writes the agent's key file: an EncryptionConfiguration
+// with a new random AES-256 key for Secrets.
+func writeKeyFile(path string) error {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(`apiVersion: apiserver.config.k8s.io/v1
+kind: EncryptionConfiguration
+resources:
+- resources: [secrets]
+  providers:
+  - aesgcm:
+      keys:
+      - name: demo
+        secret: `+base64.StdEncoding.EncodeToString(key)+"\n"), 0o600)
+}
+
 // runAgent runs the edge agent with -report -once (and env added to its
 // environment) and returns its report.
 func runAgent(ctx context.Context, c *harness.Cluster, bin, cache, logPath, name string, env []string) (result, error) {
@@ -349,7 +375,7 @@ func runAgent(ctx context.Context, c *harness.Cluster, bin, cache, logPath, name
 	actx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(actx, bin, "-kubeconfig", c.Kubeconfig(), "-node", "node-1", "-namespace", namespace,
-		"-cache", cache, "-report", "-once")
+		"-cache", cache, "-key-file", filepath.Join(filepath.Dir(cache), keyFileName), "-report", "-once")
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
