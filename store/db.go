@@ -65,7 +65,8 @@ type DB struct {
 
 // Open opens (creating, unless read-only) the cache file at path. The file
 // is created with mode 0600 and its directory, if missing, with 0700, and
-// the new entries are fsync'd. A read-write open refuses a symbolic link
+// the new entries are fsync'd (an empty file, which bbolt initialises, is
+// taken for a new one). A read-write open refuses a symbolic link
 // at path (ErrForeign), dangling or not: it never creates or writes a
 // file through a link.
 //
@@ -91,6 +92,15 @@ func Open(path string, opts *Options) (db *DB, err error) {
 		}
 		if newFile, err = createFile(path); err != nil {
 			return nil, err
+		}
+		if !newFile {
+			// An empty file is one bbolt is about to initialise: the file
+			// of an Open that created it and stopped before its directory
+			// was synced (a crash), or one created by someone else. Its
+			// name is made durable as a new file's is.
+			if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() && fi.Size() == 0 {
+				newFile = true
+			}
 		}
 	} else if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/boltinformer/boltinformer/internal/safefile"
 	"github.com/boltinformer/boltinformer/store"
 )
 
@@ -540,5 +542,43 @@ func TestOpenNotRegular(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := store.Open(dir, nil); !errors.Is(err, store.ErrForeign) {
 		t.Fatalf("Open of a directory: %v", err)
+	}
+}
+
+// TestRegressionEmptyFileDirectorySynced: an empty file at the path (left
+// by an Open that created it and crashed before it synced the directory,
+// or created by someone else) is initialised by bbolt like a new one, but
+// its directory entry was never synced: a power loss after commits were
+// acknowledged in it could take the file away. Open syncs its directory
+// as for a file it creates.
+func TestRegressionEmptyFileDirectorySynced(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cache.db")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var synced []string
+	defer safefile.SetHooks(safefile.Hooks{SyncedDir: func(d string) { synced = append(synced, d) }})()
+	db, err := store.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(synced, dir) {
+		t.Fatalf("Open of an empty file synced directories %v, not %s", synced, dir)
+	}
+	// A file that holds a database is not new: nothing is synced.
+	synced = nil
+	db, err = store.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(synced) != 0 {
+		t.Fatalf("Open of an existing file synced %v", synced)
 	}
 }
