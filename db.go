@@ -367,6 +367,36 @@ func (db *DB) unregister(inf *Informer) {
 	}
 }
 
+// Release gives back the name of an informer that will never run: one
+// built and then dropped before Run (controller-runtime's RemoveInformer
+// before the cache started). Its indexer is closed, which commits what it
+// holds (so the saved resourceVersion and objects stay as they were), and
+// an informer of the same name may be built again on db, resuming from
+// the file. A Run after Release returns at once (logging client-go's
+// warning for a second Run), and AddEventHandler fails as on a stopped
+// informer. An informer that has run is released when its Run returns:
+// Release does nothing for it. One whose Run is in progress is an error
+// wrapping ErrStarted: cancel its Run's context instead. The error of the
+// indexer's last flush is returned (and by Close).
+func (db *DB) Release(inf *Informer) error {
+	if inf == nil || inf.db != db {
+		return fmt.Errorf("boltinformer: release: the informer is not one of this DB's")
+	}
+	inf.startedMu.Lock()
+	switch {
+	case inf.stopped:
+		inf.startedMu.Unlock()
+		return nil
+	case inf.started:
+		inf.startedMu.Unlock()
+		return fmt.Errorf("%w: informer %q is running: cancel its Run instead of releasing it", ErrStarted, inf.name)
+	}
+	inf.started, inf.stopped = true, true
+	inf.startedMu.Unlock()
+	db.unregister(inf)
+	return inf.closeIndexer()
+}
+
 // release gives back a reserved name whose informer was not built.
 func (db *DB) release(name string) {
 	db.mu.Lock()

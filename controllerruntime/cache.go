@@ -1,0 +1,276 @@
+package boltcr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/boltinformer/boltinformer"
+	"github.com/boltinformer/boltinformer/indexer"
+)
+
+// DefaultFreshTimeout is Options.FreshTimeout's default: how long
+// WaitForCacheSync waits for a warm-started informer to be fresh before it
+// serves the cache as loaded (stale) because the server does not answer.
+// It is well within controller-runtime's default CacheSyncTimeout (2
+// minutes), after which a controller gives up.
+const DefaultFreshTimeout = 30 * time.Second
+
+// removeWait bounds how long RemoveInformer waits for a removed informer's
+// Run to return (it stops its reflector and handlers and flushes).
+const removeWait = 30 * time.Second
+
+// Options configure NewCache. A nil *Options means the defaults.
+type Options struct {
+	// ClusterID identifies the cluster; "" means as Identity says (see
+	// boltinformer.FactoryOptions: the kube-system namespace's UID by
+	// default, read once when the cache is built, within LookupTimeout).
+	ClusterID     string
+	Identity      boltinformer.ClusterIdentity
+	LookupTimeout time.Duration
+	// SyncAfterDiskLoad makes a warm-started informer synced as soon as
+	// its file is loaded (boltinformer.SyncAfterDiskLoad): no metadata
+	// list at a warm start, so a restart costs the apiserver one WATCH
+	// per informer, but WaitForCacheSync may return the state of the last
+	// shutdown, which the resumed watch then brings up to date. The
+	// default is SyncAfterFresh: WaitForCacheSync returns once the cache
+	// equals the server's state (or after FreshTimeout without an answer
+	// from the server, serving the cache as loaded).
+	SyncAfterDiskLoad bool
+	// FreshTimeout bounds the wait for Fresh; 0 means DefaultFreshTimeout,
+	// negative waits as long as it takes.
+	FreshTimeout time.Duration
+	// NoReplayDownDeletes turns off the delete requests for objects
+	// deleted while the operator was down (see the package doc).
+	NoReplayDownDeletes bool
+	// Memory is boltinformer.FullMemory (the default) or BoundedMemory,
+	// with CacheSize decoded objects.
+	Memory    indexer.Mode
+	CacheSize int
+	// Keyring, when set, returns the keyring that encrypts gvk's objects
+	// at rest (nil: plaintext). See boltinformer.InformerOptions.Keyring.
+	Keyring func(gvk schema.GroupVersionKind) *boltinformer.Keyring
+	// InMemory, when set, names kinds that are not persisted: their
+	// informers are client-go's.
+	InMemory func(gvk schema.GroupVersionKind) bool
+	// Logger; default controller-runtime's logger named "boltinformer".
+	Logger *logr.Logger
+}
+
+// NewCache returns controller-runtime's cache constructor for a manager
+// (ctrl.Options.NewCache) or a cluster: controller-runtime's own cache,
+// whose informers keep their objects in db. See the package doc. Close db
+// after the manager has stopped (mgr.Start returned).
+func NewCache(db *boltinformer.DB, opts *Options) cache.NewCacheFunc {
+	return func(config *rest.Config, copts cache.Options) (cache.Cache, error) {
+		return New(db, config, copts, opts)
+	}
+}
+
+// Cache is controller-runtime's cache built with persistent informers
+// (NewCache). Its Start flushes db once every informer has stopped, and
+// its RemoveInformer waits for the removed informers to stop, so that they
+// can be created again.
+type Cache struct {
+	cache.Cache
+	db       *boltinformer.DB
+	opts     Options
+	logger   logr.Logger
+	scheme   *runtime.Scheme
+	mapper   meta.RESTMapper
+	meta     metadata.Interface
+	cluster  string
+	freshFor time.Duration
+
+	// mu guards informers. Lock order: mu before an Informer's mu.
+	mu        sync.Mutex
+	informers []*Informer // live: not removed
+}
+
+// ErrNewInformerSet means cache.Options.NewInformer was set: NewCache sets
+// it.
+var ErrNewInformerSet = errors.New("boltcr: cache.Options.NewInformer is set; NewCache sets it")
+
+// New builds the cache NewCache's function returns.
+func New(db *boltinformer.DB, config *rest.Config, copts cache.Options, opts *Options) (*Cache, error) {
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	if copts.NewInformer != nil {
+		return nil, ErrNewInformerSet
+	}
+	logger := logf.Log.WithName("boltinformer")
+	if o.Logger != nil {
+		logger = *o.Logger
+	}
+	cfg := rest.CopyConfig(config)
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	if copts.HTTPClient == nil {
+		hc, err := rest.HTTPClientFor(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("boltcr: HTTP client: %w", err)
+		}
+		copts.HTTPClient = hc
+	}
+	if copts.Scheme == nil {
+		copts.Scheme = scheme.Scheme
+	}
+	if copts.Mapper == nil {
+		m, err := apiutil.NewDynamicRESTMapper(cfg, copts.HTTPClient)
+		if err != nil {
+			return nil, fmt.Errorf("boltcr: REST mapper: %w", err)
+		}
+		copts.Mapper = m
+	}
+	// The cluster's identity, once for every informer of the cache.
+	f, err := boltinformer.NewFactory(db, cfg, &boltinformer.FactoryOptions{ClusterID: o.ClusterID, Identity: o.Identity, LookupTimeout: o.LookupTimeout})
+	if err != nil {
+		return nil, fmt.Errorf("boltcr: %w", err)
+	}
+	metaCfg := rest.CopyConfig(cfg)
+	metaCfg.NegotiatedSerializer = nil
+	mc, err := metadata.NewForConfigAndClient(metaCfg, copts.HTTPClient)
+	if err != nil {
+		return nil, fmt.Errorf("boltcr: metadata client: %w", err)
+	}
+	c := &Cache{db: db, opts: o, logger: logger, scheme: copts.Scheme, mapper: copts.Mapper, meta: mc, cluster: f.ClusterID()}
+	switch {
+	case o.FreshTimeout == 0:
+		c.freshFor = DefaultFreshTimeout
+	case o.FreshTimeout > 0:
+		c.freshFor = o.FreshTimeout
+	}
+	// The informers' requests go through scopeTransport (scope.go).
+	hc := *copts.HTTPClient
+	base := hc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	hc.Transport = &scopeTransport{base: base}
+	copts.HTTPClient = &hc
+	wrapTransforms(&copts)
+	copts.NewInformer = c.newInformer
+	inner, err := cache.New(cfg, copts)
+	if err != nil {
+		return nil, err
+	}
+	c.Cache = inner
+	return c, nil
+}
+
+// wrapTransforms wraps every transform of copts (autoTransform), so that
+// SetTransform can tell which one it was given. The maps are copied: the
+// caller's options are not changed.
+func wrapTransforms(copts *cache.Options) {
+	copts.DefaultTransform = wrapTransform(copts.DefaultTransform)
+	wrapConfigs := func(in map[string]cache.Config) map[string]cache.Config {
+		if in == nil {
+			return nil
+		}
+		out := maps.Clone(in)
+		for ns, c := range out {
+			c.Transform = wrapTransform(c.Transform)
+			out[ns] = c
+		}
+		return out
+	}
+	copts.DefaultNamespaces = wrapConfigs(copts.DefaultNamespaces)
+	if copts.ByObject != nil {
+		by := make(map[client.Object]cache.ByObject, len(copts.ByObject))
+		for obj, b := range copts.ByObject {
+			b.Transform = wrapTransform(b.Transform)
+			b.Namespaces = wrapConfigs(b.Namespaces)
+			by[obj] = b
+		}
+		copts.ByObject = by
+	}
+}
+
+// Start runs the informers until ctx is done, and returns once every one
+// has stopped and db has committed what they applied.
+func (c *Cache) Start(ctx context.Context) error {
+	err := c.Cache.Start(ctx)
+	if ferr := c.db.Flush(context.Background()); ferr != nil {
+		c.logger.Error(ferr, "Final flush of the cache file failed; the next start resumes from the last commit")
+	}
+	return err
+}
+
+// RemoveInformer removes the informers of obj's kind, as
+// controller-runtime does, and waits (bounded by ctx and 30 s) until they
+// have stopped, so that the same informer can be created again and resume
+// from what they wrote. An informer that never ran gives its name back at
+// once (boltinformer.DB.Release).
+func (c *Cache) RemoveInformer(ctx context.Context, obj client.Object) error {
+	gvk, err := apiutil.GVKForObject(obj, c.scheme)
+	if err != nil {
+		return err
+	}
+	kind := kindOf(obj)
+	if err := c.Cache.RemoveInformer(ctx, obj); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	var removed []*Informer
+	live := c.informers[:0]
+	for _, inf := range c.informers {
+		if inf.gvk == gvk && inf.kind == kind {
+			removed = append(removed, inf)
+		} else {
+			live = append(live, inf)
+		}
+	}
+	clear(c.informers[len(live):])
+	c.informers = live
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, removeWait)
+	defer cancel()
+	var errs []error
+	for _, inf := range removed {
+		errs = append(errs, inf.removed(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// Informers returns the cache's informers (removed ones left out), by
+// name: which are persisted, and why the others are not.
+func (c *Cache) Informers() []*Informer {
+	c.mu.Lock()
+	out := append([]*Informer(nil), c.informers...)
+	c.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
+	return out
+}
+
+// DB returns the cache file.
+func (c *Cache) DB() *boltinformer.DB { return c.db }
+
+// ClusterID returns the cluster identity the informers are saved under
+// ("" when the server could not be reached to look it up).
+func (c *Cache) ClusterID() string { return c.cluster }
+
+func (c *Cache) track(inf *Informer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.informers = append(c.informers, inf)
+}

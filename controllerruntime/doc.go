@@ -1,0 +1,77 @@
+// Package boltcr gives a controller-runtime manager a persistent cache in
+// one option: controller-runtime's own cache, whose informers keep their
+// objects in a boltinformer file, so that a restarted operator resumes its
+// watches instead of listing everything again.
+//
+//	db, err := boltinformer.Open("/var/lib/operator/cache.db", nil)
+//	...
+//	defer db.Close() // after mgr.Start has returned
+//	mgr, err := ctrl.NewManager(cfg, ctrl.Options{NewCache: boltcr.NewCache(db, nil)})
+//
+// Import it as boltcr: its path ends in controllerruntime, which is
+// controller-runtime's own package name.
+//
+// Typed, unstructured and metadata-only (PartialObjectMetadata) informers
+// all go to the one file, each under a name made of its kind, resource,
+// namespace and selectors (see Informer.Name), and saved under the
+// cluster's identity, the selectors and the transform: a file is never
+// resumed by an informer of another scope. Every cache scope of
+// controller-runtime works: all namespaces, one (DefaultNamespaces with one
+// entry), several (one informer per namespace, plus the cluster-scoped
+// one), ByObject's namespaces and selectors, label and field selectors,
+// DefaultTransform and per-object transforms. UnsafeDisableDeepCopy and
+// EnableWatchBookmarks change nothing that is stored.
+//
+// # How the scope is known
+//
+// controller-runtime's NewInformer hook is not told the informer's
+// namespace or selectors. NewCache wraps the cache's HTTP client; each new
+// informer's ListerWatcher is asked to List once with a probe in its
+// context, which the wrapper records (path and query) and answers without
+// sending anything. The informer's name and identity come from that exact
+// request. An informer whose scope or transform cannot be known for sure
+// is not persisted: it is client-go's in-memory informer, with a logged
+// reason (Informer.NotPersisted, Cache.Informers).
+//
+// # Transforms
+//
+// Objects are stored after the transform, so the transform is part of an
+// informer's identity. Name a transform with Transform(id, fn) and change
+// id when fn changes; an unnamed one is fingerprinted from its function's
+// name and its output on fixed sample objects of the informer's type, run
+// twice (a transform whose output differs is not fingerprintable, and its
+// informer is not persisted). A change a fingerprint cannot see (a
+// closure's captured setting that the samples do not exercise) needs a
+// name.
+//
+// # WaitForCacheSync means fresh
+//
+// A warm-started informer is synced once it is fresh: one metadata-only
+// list of its scope tells which objects changed, were created or were
+// deleted while the operator was down, and the resumed watch has brought
+// every one (boltinformer.SyncAfterFresh). So after WaitForCacheSync a
+// reconciler never reads an object deleted while it was down. When the
+// server does not answer, the wait ends after FreshTimeout (default 30 s)
+// and the cache serves what the file held (boltinformer.Health.Stale).
+// Options.SyncAfterDiskLoad syncs at once instead, making no list at all.
+//
+// # Deletes while down reach the reconcilers
+//
+// controller-runtime registers a controller's handlers only after the
+// caches have synced, and a late handler gets the current objects as Adds
+// only: stock controller-runtime never tells a reconciler about an object
+// deleted while the operator was down. Here a late handler first gets a
+// Delete for each such object (boltinformer.InformerOptions
+// ReplayDownDeletes), so its reconciler gets a request whose Get returns
+// NotFound, as after a live delete: finalizer-free cleanup works across
+// restarts. Options.NoReplayDownDeletes turns it off. With
+// SyncAfterDiskLoad the deletes are replayed only when they came before the
+// first watch event; those later reach handlers live.
+//
+// # Lifetime
+//
+// The cache's Start returns once every informer has stopped and the file
+// has committed what they applied; close the DB after mgr.Start returns.
+// RemoveInformer waits for the removed informers to stop, so the same
+// informer can be created again, resuming from the file.
+package boltcr
