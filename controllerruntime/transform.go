@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"regexp"
 	"runtime"
 	"time"
 
@@ -28,12 +29,13 @@ import (
 // built then, with the transform's identity:
 //
 //   - a transform named with Transform(id, fn) is identified by id;
-//   - any other is fingerprinted: its function's name (the package path and
-//     the function, or the closure's enclosing function and index) and a
-//     hash of what it returns for fixed sample objects of the informer's
-//     type (rich metadata, and a randomly filled object from a fixed seed),
-//     computed twice: a transform whose output differs between the two runs
-//     cannot be fingerprinted, and its informer is not persisted.
+//   - any other is fingerprinted: a hash of what it returns for fixed
+//     sample objects of the informer's type (rich metadata, and a randomly
+//     filled object from a fixed seed), computed twice (a transform whose
+//     output differs between the two runs cannot be fingerprinted, and its
+//     informer is not persisted), and the function's name when it is a
+//     declared function (a function literal's name depends on where the
+//     compiler inlined it, so it is left out).
 //
 // A fingerprint sees what the samples show: a change of a closure's
 // captured configuration or of its body that leaves the samples' output
@@ -114,13 +116,19 @@ func unwrapTransform(fn cache.TransformFunc) (id string, inner cache.TransformFu
 	return p.id, p.fn
 }
 
+// closureName matches the name of a function literal. Its name depends
+// on where it was inlined ("pkg.Caller.Factory.func2" for a closure of
+// Factory inlined into Caller), so it is left out of a fingerprint.
+var closureName = regexp.MustCompile(`\.func\d+(\.\d+)*$`)
+
 // errUnfingerprintable means a transform's output could not be
 // fingerprinted: its informer is not persisted.
 var errUnfingerprintable = errors.New("boltcr: the transform cannot be fingerprinted")
 
 // transformID returns the identity of fn for informers of example's type
 // (kind and gvk say which samples): "" for no transform, "name:<id>" for a
-// named one, "auto:<function>:<hash>" for a fingerprinted one, or an
+// named one, "auto:<function>:<hash>" for a fingerprinted one (a
+// function literal's name is "closure"), or an
 // error wrapping errUnfingerprintable.
 func transformID(fn cache.TransformFunc, kind objectKind, gvk schema.GroupVersionKind, example k8sruntime.Object) (string, error) {
 	if fn == nil {
@@ -133,8 +141,8 @@ func transformID(fn cache.TransformFunc, kind objectKind, gvk schema.GroupVersio
 	if inner == nil {
 		return "", nil
 	}
-	name := "?"
-	if f := runtime.FuncForPC(reflect.ValueOf(inner).Pointer()); f != nil {
+	name := "closure"
+	if f := runtime.FuncForPC(reflect.ValueOf(inner).Pointer()); f != nil && !closureName.MatchString(f.Name()) {
 		name = f.Name()
 	}
 	first, err := sampleOutputs(inner, kind, gvk, example)
@@ -204,9 +212,9 @@ func fillSampleMeta(m metav1.Object) {
 	m.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "owner", UID: "6f1b2c3d-0000-4000-8000-000000000002"}})
 	m.SetManagedFields([]metav1.ManagedFieldsEntry{
 		{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1", Time: &sampleTime, FieldsType: "FieldsV1",
-			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:app":{}}}}`)}},
+			FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{"f:app":{}}}}`)},
 		{Manager: "controller", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &sampleTime, FieldsType: "FieldsV1",
-			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{}}`)}, Subresource: "status"},
+			FieldsV1: metav1.NewFieldsV1(`{"f:status":{}}`), Subresource: "status"},
 	})
 }
 

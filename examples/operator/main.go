@@ -1,0 +1,80 @@
+// Command operator is a small controller-runtime operator with a
+// persistent cache: see derive for what it does and README.md for how it
+// is set up. Its cache is a boltinformer file, so a restart resumes the
+// watches instead of listing every ConfigMap again, and sources deleted
+// while it was down are cleaned up when it starts.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/boltinformer/boltinformer"
+	boltcr "github.com/boltinformer/boltinformer/controllerruntime"
+	"github.com/boltinformer/boltinformer/examples/operator/derive"
+)
+
+func main() {
+	klog.InitFlags(nil)
+	cacheFile := flag.String("cache-file", "operator-cache.db", "the persistent cache file")
+	namespace := flag.String("namespace", "", "watch only this namespace (default: all)")
+	inMemory := flag.Bool("in-memory", false, "use controller-runtime's own in-memory cache (to compare)")
+	diskLoad := flag.Bool("sync-after-disk-load", false, "synced as soon as the file is loaded: no list at all at a warm start")
+	metricsAddr := flag.String("metrics-bind-address", "0", "the metrics endpoint's address (0: off)")
+	probeAddr := flag.String("health-probe-bind-address", "0", "the health probes' address (0: off)")
+	flag.Parse()
+	ctrl.SetLogger(klog.NewKlogr())
+	if err := run(ctrl.SetupSignalHandler(), *cacheFile, *namespace, *inMemory, *diskLoad, *metricsAddr, *probeAddr); err != nil {
+		fmt.Fprintln(os.Stderr, "operator:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cacheFile, namespace string, inMemory, diskLoad bool, metricsAddr, probeAddr string) error {
+	opts := ctrl.Options{
+		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress: probeAddr,
+	}
+	if namespace != "" {
+		opts.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}}
+	}
+	var db *boltinformer.DB
+	if !inMemory {
+		var err error
+		// The file's metrics go to the manager's /metrics.
+		db, err = boltinformer.Open(cacheFile, &boltinformer.Options{Registerer: metrics.Registry})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := db.Close(); err != nil {
+				fmt.Fprintln(os.Stderr, "operator: closing the cache file:", err)
+			}
+		}()
+		// The one option: controller-runtime's cache, persisted.
+		opts.NewCache = boltcr.NewCache(db, &boltcr.Options{SyncAfterDiskLoad: diskLoad})
+	}
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), opts)
+	if err != nil {
+		return err
+	}
+	if db != nil {
+		// Ready once every informer has synced and the last commit worked.
+		if err := mgr.AddReadyzCheck("cache-file", func(*http.Request) error { return db.Healthy() }); err != nil {
+			return err
+		}
+	}
+	if err := (&derive.Reconciler{Client: mgr.GetClient()}).SetupWithManager(ctx, mgr); err != nil {
+		return err
+	}
+	return mgr.Start(ctx) // returns once the caches have stopped: then db.Close
+}
