@@ -23,7 +23,6 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/boltinformer/boltinformer"
-	"github.com/boltinformer/boltinformer/indexer"
 )
 
 // DefaultFreshTimeout is Options.FreshTimeout's default: how long
@@ -62,7 +61,7 @@ type Options struct {
 	NoReplayDownDeletes bool
 	// Memory is boltinformer.FullMemory (the default) or BoundedMemory,
 	// with CacheSize decoded objects.
-	Memory    indexer.Mode
+	Memory    boltinformer.MemoryMode
 	CacheSize int
 	// Keyring, when set, returns the keyring that encrypts gvk's objects
 	// at rest (nil: plaintext). See boltinformer.InformerOptions.Keyring.

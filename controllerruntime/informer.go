@@ -236,6 +236,7 @@ func (s *Informer) informerOptions(logger logr.Logger) *boltinformer.InformerOpt
 		ReplayDownDeletes: !c.opts.NoReplayDownDeletes,
 		Memory:            c.opts.Memory,
 		CacheSize:         c.opts.CacheSize,
+		Scheme:            c.scheme, // the manager's: a transform may return any of its kinds
 		Logger:            &logger,
 	}
 	if c.opts.SyncAfterDiskLoad {
