@@ -7,6 +7,7 @@ package boltinformer_test
 // API call.
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -38,6 +39,7 @@ import (
 
 	"github.com/boltinformer/boltinformer"
 	"github.com/boltinformer/boltinformer/recovery"
+	"github.com/boltinformer/boltinformer/recovery/crashtest"
 )
 
 // podsFileFor makes a file at path whose informer "v1/pods" (as the
@@ -430,5 +432,79 @@ func TestFactoryClusterID(t *testing.T) {
 	f, err = boltinformer.NewFactory(db, &rest.Config{Host: ok.URL}, nil)
 	if err != nil || f.ClusterID() != "uid-42" {
 		t.Fatalf("NewFactory: %v, cluster %q", err, f.ClusterID())
+	}
+}
+
+// TestRegressionOfflineColdStartFileNotResumedElsewhere: a cold start
+// whose kube-system lookup got no answer (LookupTimeout) saved its file
+// without a cluster identity once its list succeeded; any cluster then
+// resumed that file unchecked, at its next start online (a saved identity
+// of "" matched every one). Now that start is cold, with the reason.
+func TestRegressionOfflineColdStartFileNotResumedElsewhere(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cache.db")
+	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+
+	// Cluster A: lists answer, the kube-system lookup does not in time.
+	a := crashtest.NewHandler()
+	a.Serve(pods, podSource(t, 3))
+	srvA := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/namespaces/kube-system") {
+			<-r.Context().Done() // no answer within LookupTimeout
+			return
+		}
+		a.ServeHTTP(w, r)
+	}))
+	defer srvA.Close()
+	db, err := boltinformer.Open(path, &boltinformer.Options{Logger: &quietLogger, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := boltinformer.NewFactory(db, &rest.Config{Host: srvA.URL}, &boltinformer.FactoryOptions{LookupTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.ClusterID() != "" {
+		t.Fatalf("cluster %q: want an offline start", f.ClusterID())
+	}
+	inf, err := f.InformerFor(&corev1.Pod{}, "pods", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f.Start(ctx)
+	waitFor(t, "the list of cluster A", inf.HasSynced)
+	if err := inf.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	f.Shutdown()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Cluster B answers: the file of A is not resumed.
+	b := crashtest.NewHandler()
+	b.ClusterUID = "uid-B"
+	b.Serve(pods, newPodSource())
+	srvB := httptest.NewServer(b)
+	defer srvB.Close()
+	db, err = boltinformer.Open(path, &boltinformer.Options{Logger: &quietLogger, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	f, err = boltinformer.NewFactory(db, &rest.Config{Host: srvB.URL}, &boltinformer.FactoryOptions{LookupTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf, err = f.InformerFor(&corev1.Pod{}, "pods", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := inf.Decision(); d.Warm || d.Reason != boltinformer.ReasonCluster {
+		t.Fatalf("cluster B: decision %+v over a file filled without an identity: want a cold start (%s)", d, boltinformer.ReasonCluster)
+	}
+	if n := len(inf.GetIndexer().ListKeys()); n != 0 {
+		t.Fatalf("cluster B serves %d objects of cluster A", n)
 	}
 }

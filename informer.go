@@ -94,8 +94,9 @@ func (m MemoryMode) String() string {
 type InformerOptions struct {
 	// ClusterID identifies the cluster (e.g. the kube-system namespace
 	// UID, or EndpointIdentity of the rest.Config). A file saved for
-	// another cluster is not resumed. "" skips the check (an offline start)
-	// and keeps the saved identity.
+	// another cluster is not resumed, nor one saved without an identity
+	// (filled while it was unknown: it may be any cluster's). "" skips the
+	// check (an offline start) and keeps the saved identity.
 	ClusterID string
 	// Resource names what lw lists; part of the identity: a file saved
 	// under another Resource is not resumed. A Factory sets the

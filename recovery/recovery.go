@@ -170,6 +170,12 @@ func Decide(saved *store.State, now store.State) Decision {
 		return Decision{Reason: ReasonNotSynced, Detail: "the saved state never completed a list"}
 	case now.ClusterID != "" && saved.ClusterID != "" && saved.ClusterID != now.ClusterID:
 		return Decision{Reason: ReasonCluster, Detail: fmt.Sprintf("saved cluster %q, now %q", saved.ClusterID, now.ClusterID)}
+	case now.ClusterID != "" && saved.ClusterID == "":
+		// Filled while the identity was unknown (a start whose lookup got
+		// no answer, or an informer given none): from any cluster, as far
+		// as the file can tell. Resumed only while the identity is unknown
+		// (an offline start trusts its file).
+		return Decision{Reason: ReasonCluster, Detail: fmt.Sprintf("saved without a cluster identity, now %q", now.ClusterID)}
 	case saved.Resource != now.Resource:
 		return Decision{Reason: ReasonResource, Detail: fmt.Sprintf("saved resource %q, now %q", saved.Resource, now.Resource)}
 	case saved.ListOptions != now.ListOptions:
