@@ -583,12 +583,20 @@ func (s *Informer) distributeInitial(warm bool) {
 		close(s.initialDone)
 		return
 	}
-	objs := s.indexer.InitialList() // decodes what the load left on disk, in parallel
+	// The objects come in batches as they are decoded (in parallel), and
+	// each is queued at once: the handlers start on the first while the
+	// rest decode. Holding blockDeltas per batch only, the loop may apply
+	// the disk answer meanwhile (every other delta waits in
+	// awaitInitial).
+	s.indexer.InitialList(func(objs []any) {
+		s.blockDeltas.Lock()
+		defer s.blockDeltas.Unlock()
+		for _, obj := range objs {
+			s.processor.Distribute(processor.AddNotification{Obj: obj, InInitialList: true}, false)
+		}
+	})
 	s.blockDeltas.Lock()
 	defer s.blockDeltas.Unlock()
-	for _, obj := range objs {
-		s.processor.Distribute(processor.AddNotification{Obj: obj, InInitialList: true}, false)
-	}
 	close(s.initialDone)
 }
 

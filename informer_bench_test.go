@@ -155,7 +155,8 @@ func runUntilSynced(b *testing.B, tm *timer, start time.Time, cpu0 time.Duration
 // namespace (ms-to-first-byindex: it waits for the check of the loaded
 // index values); after them, the end of the indexer's background pass
 // (ms-to-filled: every object decoded in Full mode, every loaded index
-// value checked in both modes).
+// value checked in both modes). cpu-ms-to-handler-synced is the CPU time
+// until the handler has the initial list, as runUntilSynced reports it.
 func runWarmUntilSynced(b *testing.B, tm *timer, start time.Time, cpu0 time.Duration, inf *boltinformer.Informer) (stop func()) {
 	b.Helper()
 	reg, err := inf.AddEventHandler(&countHandler{})
@@ -171,6 +172,7 @@ func runWarmUntilSynced(b *testing.B, tm *timer, start time.Time, cpu0 time.Dura
 	tm.add("ms-to-first-byindex", time.Since(start))
 	<-reg.HasSyncedChecker().Done()
 	tm.add("ms-to-handler-synced", time.Since(start))
+	tm.add("cpu-ms-to-handler-synced", cpuTime()-cpu0)
 	<-inf.Indexer().Decoded()
 	if v, ok := any(inf.Indexer()).(interface{ IndexesVerified() <-chan struct{} }); ok {
 		<-v.IndexesVerified()

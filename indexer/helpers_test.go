@@ -554,3 +554,10 @@ func txnResult(e *cache.TransactionError) string {
 	}
 	return fmt.Sprintf("txn error: successful=%v total=%d errors=%d", e.SuccessfulIndices, e.TotalTransactions, len(e.Errors))
 }
+
+// initialList is every object InitialList hands over.
+func initialList(x *indexer.Indexer) []any {
+	var out []any
+	x.InitialList(func(objs []any) { out = append(out, objs...) })
+	return out
+}

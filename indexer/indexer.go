@@ -177,9 +177,11 @@ type Indexer struct {
 	// keys whose record did not decode (lazy.go; in both modes), unreported
 	// how many of them OnUndecodable has not been told about yet; healed
 	// counts by index the items whose loaded values the check found stale.
-	lazyN       int
-	uncheckedN  int
-	loadKeys    []string
+	lazyN      int
+	uncheckedN int
+	loadKeys   []string
+	// feed is set while InitialList hands over the loaded objects.
+	feed        *initialFeed
 	fillPos     int
 	undecodable map[string]error
 	unreported  int
@@ -409,10 +411,10 @@ func (x *Indexer) putLocked(key string, obj any) error {
 	x.idx.update(key, it.vals, vals)
 	it.vals, it.valNames = vals, x.idx.names
 	it.rv, it.uid, _ = objectRV(obj)
-	x.forgetLazyLocked(key)
 	if !x.bounded {
-		x.objs[key] = obj
+		x.setObjectLocked(key, obj)
 	} else {
+		x.forgetLazyLocked(key)
 		x.lru.Remove(key)
 	}
 	x.queueLocked(key, pendingOp{kind: opPut, obj: obj, names: x.idx.names, vals: vals})
@@ -616,9 +618,10 @@ func (x *Indexer) Replace(list []any, resourceVersion string) error {
 				_, failed := x.indexErrs[key]
 				if ierr == nil && !failed && slices.Equal(it.valNames, x.idx.names) && sameValues(vals, it.vals) {
 					it.vals = vals
-					x.forgetLazyLocked(key)
 					if !x.bounded {
-						x.objs[key] = obj
+						x.setObjectLocked(key, obj)
+					} else {
+						x.forgetLazyLocked(key)
 					}
 					continue
 				}
@@ -717,17 +720,30 @@ func (x *Indexer) Get(obj any) (any, bool, error) {
 
 // forgetLazyLocked notes that memory now holds key's state, index values
 // computed by the current functions (or that key is gone): it is no
-// longer lazy, unchecked or undecodable.
-func (x *Indexer) forgetLazyLocked(key string) {
+// longer lazy, unchecked or undecodable. It reports whether it was lazy.
+func (x *Indexer) forgetLazyLocked(key string) (lazy bool) {
 	if x.uncheckedN == 0 && len(x.undecodable) == 0 {
-		return
+		return false
 	}
 	delete(x.undecodable, key)
 	if it := x.items[key]; it != nil {
 		if it.lazy {
 			x.clearLazyLocked(it)
+			lazy = true
 		}
 		x.checkedLocked(it)
+	}
+	return lazy
+}
+
+// setObjectLocked makes obj key's object in memory (Full mode), in place
+// of what the load left on disk, if anything (forgetLazyLocked): an
+// InitialList handing over the loaded objects gets it then.
+func (x *Indexer) setObjectLocked(key string, obj any) {
+	lazy := x.forgetLazyLocked(key)
+	x.objs[key] = obj
+	if lazy && x.feed != nil {
+		x.feed.add(obj)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -85,9 +86,10 @@ func (x *Indexer) fill(ctx context.Context) error { return x.fillWith(ctx, false
 
 // fillWith is fill. The background goroutine (background) stops early,
 // leaving the rest to InitialList, when a Bounded InitialList asks for the
-// pass (handoff). collect, when set, is given each checked key's decoded
-// object, under mu (Bounded mode; Full mode installs them anyway).
-func (x *Indexer) fillWith(ctx context.Context, background bool, collect func(key string, obj any)) error {
+// pass (handoff). collect, when set, is given each chunk's checked keys
+// and their decoded objects, once the chunk is installed, without the lock
+// (Bounded mode; Full mode installs them anyway).
+func (x *Indexer) fillWith(ctx context.Context, background bool, collect func(keys []string, objs []any)) error {
 	x.fillMu.Lock()
 	defer x.fillMu.Unlock()
 	for {
@@ -132,15 +134,20 @@ func (x *Indexer) fillWith(ctx context.Context, background bool, collect func(ke
 			vals = nil // AddIndexers meanwhile: computed again
 		}
 		bad, healed := x.installLocked(keys, objs, errs, vals, verrs)
+		var got []string
+		var gotObjs []any
 		if collect != nil {
 			for i, k := range keys {
 				if errs[i] == nil && x.items[k] != nil {
-					collect(k, objs[i])
+					got, gotObjs = append(got, k), append(gotObjs, objs[i])
 				}
 			}
 		}
 		x.mu.Unlock()
 		x.afterInstall(bad, healed)
+		if len(got) > 0 {
+			collect(got, gotObjs)
+		}
 	}
 }
 
@@ -172,29 +179,43 @@ func (x *Indexer) decodeKeys(keys []string) (objs []runtime.Object, errs []error
 	objs = make([]runtime.Object, len(keys))
 	errs = make([]error, len(keys))
 	order := keyOrder(keys)
-	decodeRange := func(from, to int) error {
+	// The workers take runs of decodeRun keys in turn, so that none waits
+	// long for another (decoding times vary, and the garbage collector
+	// takes its share of one worker or another).
+	var next atomic.Int64
+	decode := func() error {
 		return x.db.View(func(tx *store.Tx) error {
 			rd := tx.Reader(x.name)
-			for j := from; j < to; j++ {
-				i := j
-				if order != nil {
-					i = order[j]
+			for {
+				from := int(next.Add(decodeRun)) - decodeRun
+				if from >= len(keys) {
+					return nil
 				}
-				objs[i], errs[i] = x.decodeRecord(keys[i], rd.Get(keys[i]))
+				for j := from; j < min(from+decodeRun, len(keys)); j++ {
+					i := j
+					if order != nil {
+						i = order[j]
+					}
+					objs[i], errs[i] = x.decodeRecord(keys[i], rd.Get(keys[i]))
+				}
 			}
-			return nil
 		})
 	}
-	var mu sync.Mutex
-	parallel(len(keys), 64, func(from, to int) {
-		if e := decodeRange(from, to); e != nil {
-			mu.Lock()
-			err = errors.Join(err, e)
-			mu.Unlock()
-		}
-	})
-	return objs, errs, err
+	workers := min(decodeWorkers(), max(1, len(keys)/64))
+	if workers == 1 {
+		return objs, errs, decode()
+	}
+	var wg sync.WaitGroup
+	werrs := make([]error, workers)
+	for w := range workers {
+		wg.Go(func() { werrs[w] = decode() })
+	}
+	wg.Wait()
+	return objs, errs, errors.Join(werrs...)
 }
+
+// decodeRun is how many keys a decoding worker takes at a time.
+const decodeRun = 32
 
 // keyOrder returns the positions of keys in ascending key order, or nil
 // when they are in that order already.
@@ -256,6 +277,9 @@ func (x *Indexer) installLocked(keys []string, objs []runtime.Object, errs []err
 		x.checkedLocked(it)
 		if !x.bounded {
 			x.objs[k] = objs[i]
+			if x.feed != nil {
+				x.feed.add(objs[i])
+			}
 		}
 	}
 	if bad > 1 {
@@ -320,64 +344,167 @@ func (x *Indexer) flushUndecodable() {
 	x.reportUndecodable(n)
 }
 
-// InitialList returns every object, like List, but without holding the
-// lock for the whole decode: Full mode decodes what the load left on disk
-// first (as List does); Bounded mode decodes the file's objects in chunks,
-// taking the shared lock per chunk, so that writers (the informer's
-// bookmark of the disk answer) are not held back meanwhile. It is an
-// atomic snapshot only when nothing writes meanwhile: the informer uses it
-// for a warm start's initial adds, while it holds the watch events back.
+// initialFeed collects, for InitialList, the loaded objects that move into
+// memory while it hands them over (Full mode): decoded by the fill or by
+// a read, or replaced by a write. objs is guarded by Indexer.mu.
+type initialFeed struct {
+	objs []any
+	wake chan struct{} // holds at most one wake-up
+}
+
+// add appends obj and wakes InitialList. The caller holds Indexer.mu.
+func (f *initialFeed) add(obj any) {
+	f.objs = append(f.objs, obj)
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// InitialList hands every object to emit, like List, in batches as they
+// come into memory, so that the caller can pass them on while the rest
+// decode: in Full mode the objects decoded already, then each chunk the
+// fill (or a read) decodes, as it installs it; in Bounded mode the file's
+// objects chunk by chunk, taking the shared lock per chunk. emit runs on
+// the caller's goroutine, without the indexer's lock, so writers (the
+// informer's bookmark of the disk answer) are not held back meanwhile.
+// It is an atomic snapshot only when nothing writes meanwhile: the
+// informer uses it for a warm start's initial adds, while it holds the
+// watch events back.
 //
 // In Bounded mode it takes over the check of the loaded index values
 // (verify.go) from the background pass, which would otherwise decode
-// every object a second time: the objects the check decodes are kept for
-// the answer, and only those it had checked before are decoded again.
-func (x *Indexer) InitialList() []any {
-	if !x.bounded {
-		return x.List()
+// every object a second time: the objects the check decodes are handed
+// over as it checks them, and only those it had checked before are
+// decoded again.
+func (x *Indexer) InitialList(emit func(objs []any)) {
+	if x.bounded {
+		x.boundedInitialList(emit)
+		return
 	}
-	var checked map[string]any
+	x.mu.Lock()
+	now := make([]any, 0, len(x.objs))
+	for _, obj := range x.objs {
+		now = append(now, obj)
+	}
+	if x.lazyN == 0 {
+		x.mu.Unlock()
+		if len(now) > 0 {
+			emit(now)
+		}
+		return
+	}
+	feed := &initialFeed{wake: make(chan struct{}, 1)}
+	x.feed = feed
+	x.mu.Unlock()
+	if len(now) > 0 {
+		emit(now)
+	}
+	// Wait for the fill (decoding what is left, or helping the background
+	// fill do it); what it installs comes through the feed.
+	filled := make(chan struct{})
+	go func() {
+		defer close(filled)
+		x.fillForRead()
+	}()
+	var lazy []string
+	for done := false; !done; {
+		select {
+		case <-feed.wake:
+		case <-filled:
+			done = true
+		}
+		x.mu.Lock()
+		batch := feed.objs
+		feed.objs = nil
+		if done {
+			x.feed = nil
+			if x.lazyN > 0 {
+				// The fill could not read the file: the rest is read
+				// here, as List does.
+				for k, it := range x.items {
+					if it.lazy {
+						lazy = append(lazy, k)
+					}
+				}
+			}
+		}
+		x.mu.Unlock()
+		if len(batch) > 0 {
+			emit(batch)
+		}
+	}
+	if len(lazy) == 0 {
+		return
+	}
+	sort.Strings(lazy)
+	x.mu.RLock()
+	rest, objs, errs := x.appendLazyLocked(nil, lazy)
+	x.mu.RUnlock()
+	if objs != nil {
+		x.installAfter(lazy, objs, errs)
+	}
+	if len(rest) > 0 {
+		emit(rest)
+	}
+}
+
+// boundedInitialList is InitialList in Bounded mode.
+func (x *Indexer) boundedInitialList(emit func(objs []any)) {
+	var sent map[string]struct{}
 	x.mu.RLock()
 	unchecked := x.uncheckedN
 	x.mu.RUnlock()
 	if unchecked > 0 {
-		checked = make(map[string]any, unchecked)
+		// The check runs on a goroutine of its own, which hands each
+		// chunk over: emit is not called holding fillMu.
+		sent = make(map[string]struct{}, unchecked)
+		type chunk struct {
+			keys []string
+			objs []any
+		}
+		chunks := make(chan chunk, 1)
 		x.handoff.Store(true)
-		err := x.fillWith(context.Background(), false, func(key string, obj any) { checked[key] = obj })
-		x.handoff.Store(false)
-		if err != nil {
-			x.logger.Error(err, "Checking the index values loaded from the file")
+		go func() {
+			defer close(chunks)
+			err := x.fillWith(context.Background(), false, func(keys []string, objs []any) { chunks <- chunk{keys, objs} })
+			x.handoff.Store(false)
+			if err != nil {
+				x.logger.Error(err, "Checking the index values loaded from the file")
+			}
+		}()
+		for c := range chunks {
+			for _, k := range c.keys {
+				sent[k] = struct{}{}
+			}
+			emit(c.objs)
 		}
 	}
 	keys := x.ListKeys()
 	sort.Strings(keys)
-	out := make([]any, 0, len(keys))
 	for from := 0; from < len(keys); from += fillChunk {
 		chunk := keys[from:min(from+fillChunk, len(keys))]
+		var out []any
 		x.mu.RLock()
 		miss := chunk[:0:0]
 		for _, k := range chunk {
-			it := x.items[k]
-			if it == nil {
+			if x.items[k] == nil {
+				continue
+			}
+			if _, ok := sent[k]; ok {
 				continue
 			}
 			if obj, ok := x.memoryLocked(k); ok {
 				out = append(out, obj)
 				continue
 			}
-			// Decoded by the check, and the item unchanged since.
-			if obj, ok := checked[k]; ok {
-				if rv, uid, _ := objectRV(obj); rv == it.rv && uid == it.uid {
-					out = append(out, obj)
-					continue
-				}
-			}
 			miss = append(miss, k)
 		}
 		objs, bad := x.fetchManyLocked(miss)
 		x.mu.RUnlock()
-		out = append(out, objs...)
 		x.markUndecodable(bad)
+		if out = append(out, objs...); len(out) > 0 {
+			emit(out)
+		}
 	}
-	return out
 }

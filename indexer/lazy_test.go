@@ -414,3 +414,83 @@ func TestSnapshotLoadFindsDamage(t *testing.T) {
 		}
 	}
 }
+
+// TestInitialListStreamsEachObjectOnce: InitialList hands over every
+// loaded object exactly once, in batches, while the (held, then
+// released) background fill, readers that decode lazy keys and a writer
+// that replaces some race it (run with -race); in both modes.
+func TestInitialListStreamsEachObjectOnce(t *testing.T) {
+	for _, mode := range []indexer.Mode{indexer.Full, indexer.Bounded} {
+		t.Run(modeName(mode), func(t *testing.T) {
+			ref := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, testIndexers())
+			s := newSubject(t, subjectConfig{mode: mode, cacheSize: 16}, testIndexers())
+			loadHistory(t, 3000, ref, s.x)
+			release := indexer.HoldFill()
+			defer release()
+			s.reopen()
+			x := s.x
+			keys := sortedCopy(ref.ListKeys())
+			loaded := map[string]string{} // key -> resourceVersion
+			for _, k := range keys {
+				obj, _, _ := ref.GetByKey(k)
+				loaded[k] = obj.(*corev1.Pod).ResourceVersion
+			}
+			var mu sync.Mutex
+			got := map[string][]string{} // key -> resourceVersions handed over
+			batches := 0
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				x.InitialList(func(objs []any) {
+					mu.Lock()
+					defer mu.Unlock()
+					batches++
+					for _, o := range objs {
+						p := o.(*corev1.Pod)
+						k := p.Namespace + "/" + p.Name
+						got[k] = append(got[k], p.ResourceVersion)
+					}
+				})
+			}()
+			written := map[string]string{}
+			var wg sync.WaitGroup
+			wg.Go(func() { // reads decode lazy keys
+				for i := 0; i < len(keys); i += 7 {
+					if _, _, err := x.GetByKey(keys[i]); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+			for i := 3; i < len(keys); i += 11 { // writes replace others
+				obj, _, _ := ref.GetByKey(keys[i])
+				p := obj.(*corev1.Pod).DeepCopy()
+				p.ResourceVersion = fmt.Sprint(90000 + i)
+				written[keys[i]] = p.ResourceVersion
+				if err := x.Update(p); err != nil {
+					t.Fatal(err)
+				}
+				if i == 300 {
+					release()
+				}
+			}
+			wg.Wait()
+			<-done
+			if len(got) != len(keys) {
+				t.Errorf("%d keys handed over, want %d", len(got), len(keys))
+			}
+			for _, k := range keys {
+				rvs := got[k]
+				switch {
+				case len(rvs) != 1:
+					t.Errorf("%s handed over %d times (%v)", k, len(rvs), rvs)
+				case rvs[0] != loaded[k] && rvs[0] != written[k]:
+					t.Errorf("%s handed over at resourceVersion %s, loaded %s, written %q", k, rvs[0], loaded[k], written[k])
+				}
+			}
+			if batches < 2 {
+				t.Errorf("%d batches: not streamed", batches)
+			}
+		})
+	}
+}

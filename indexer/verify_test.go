@@ -355,7 +355,7 @@ func TestIndexCheckBoundedInitialList(t *testing.T) {
 	release := indexer.HoldFill()
 	defer release()
 	sub.open(changedIndexers())
-	got := sub.x.InitialList()
+	got := initialList(sub.x)
 	if !isClosed(sub.x.IndexesVerified()) {
 		t.Fatal("IndexesVerified not closed after InitialList")
 	}
