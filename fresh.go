@@ -116,6 +116,10 @@ type freshState struct {
 	flightMu sync.Mutex
 	flight   *metaCall
 	fallback atomic.Pointer[string] // why freshness is the first watch event
+	// resumedFrom is the resourceVersion a warm start resumes from (set
+	// by start, before runFresh runs): a metadata list older than it is
+	// another timeline.
+	resumedFrom string
 }
 
 // markFreshLocked records that the cache equals the server's state at rv
@@ -219,7 +223,7 @@ func (s *Informer) runFresh(ctx context.Context) {
 	var plan *reflector.Catchup
 	var err error
 	s.indexer.Versions(func(applied string, objects iter.Seq2[string, string]) {
-		plan, err = reflector.Plan(list, metaKey, applied, objects)
+		plan, err = reflector.PlanResume(list, metaKey, s.freshSt.resumedFrom, applied, objects)
 	})
 	if err == nil {
 		s.freshSt.changed.Store(int64(plan.Changed))

@@ -537,6 +537,7 @@ func (s *Informer) start(ctx context.Context) (bool, error) {
 	ropts := &reflector.Options{Clock: s.db.clock, Relist: s.partialRelist}
 	if s.decision.Warm {
 		ropts.ResourceVersion = s.indexer.ResourceVersion()
+		s.freshSt.resumedFrom = ropts.ResourceVersion
 		// The disk answer carries no objects: the informer intercepts it
 		// (they are in the indexer already), and a transform must never
 		// see, and possibly mutate, objects that listers share.

@@ -157,6 +157,37 @@ func Plan(list *metav1.PartialObjectMetadataList, keyOf func(*metav1.PartialObje
 	return c, nil
 }
 
+// PlanResume is Plan for a watch resumed from resourceVersion from, whose
+// events the cache may have applied past the list's resourceVersion R by
+// the time it is compared (the list is taken first, then compared with
+// the cache as the informer loop left it): the timeline is checked
+// against from, not against what the cache has applied since, and a cache
+// that has applied an event past R is caught up at once (the watch is in
+// order, so it holds every change up to R: it is the server's state at
+// applied). It fails as Plan does.
+func PlanResume(list *metav1.PartialObjectMetadataList, keyOf func(*metav1.PartialObjectMetadata) (string, error), from, applied string, cached iter.Seq2[string, string]) (*Catchup, error) {
+	r := list.ResourceVersion
+	if from != "" {
+		c, err := resourceversion.CompareResourceVersion(r, from)
+		if err != nil {
+			return nil, fmt.Errorf("%w: list %q, resumed from %q: %w", ErrNotComparable, r, from, err)
+		}
+		if c < 0 {
+			return nil, fmt.Errorf("%w: list at %s, the watch resumed from %s", ErrOtherTimeline, r, from)
+		}
+	}
+	if applied != "" {
+		c, err := resourceversion.CompareResourceVersion(applied, r)
+		if err != nil {
+			return nil, fmt.Errorf("%w: list %q, cache %q: %w", ErrNotComparable, r, applied, err)
+		}
+		if c > 0 {
+			return &Catchup{ResourceVersion: applied, want: map[string]string{}}, nil
+		}
+	}
+	return Plan(list, keyOf, applied, cached)
+}
+
 // Pending returns how many keys the watch must still bring.
 func (c *Catchup) Pending() int { return len(c.want) }
 

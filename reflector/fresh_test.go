@@ -86,3 +86,21 @@ func TestPlanErrors(t *testing.T) {
 		t.Fatalf("an empty diff: %v %+v", err, c)
 	}
 }
+
+// TestPlanResume: a resumed watch's plan checks the timeline against the
+// resourceVersion the watch resumed from, and a cache that has applied an
+// event past the list is caught up (it was taken for another timeline).
+func TestPlanResume(t *testing.T) {
+	list := metaList("30", map[string]string{"a": "20"})
+	c, err := reflector.PlanResume(list, key, "15", "31", maps.All(map[string]string{"ns/a": "20", "ns/b": "31"}))
+	if err != nil || !c.Done() || c.ResourceVersion != "31" {
+		t.Fatalf("applied past the list: %+v, %v", c, err)
+	}
+	if _, err := reflector.PlanResume(list, key, "35", "35", maps.All(map[string]string{})); !errors.Is(err, reflector.ErrOtherTimeline) {
+		t.Fatalf("a list behind the resume point: %v", err)
+	}
+	c, err = reflector.PlanResume(list, key, "15", "18", maps.All(map[string]string{"ns/a": "10"}))
+	if err != nil || c.Done() || c.Changed != 1 {
+		t.Fatalf("a plan: %+v, %v", c, err)
+	}
+}
