@@ -5,11 +5,15 @@ package boltinformer_test
 
 import (
 	"context"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/boltinformer/boltinformer"
 	"github.com/boltinformer/boltinformer/internal/testobj"
@@ -63,5 +67,125 @@ func TestRegressionFreshEventAfterListIsNotOtherTimeline(t *testing.T) {
 	}
 	if h := r.inf.Health(); !h.Fresh {
 		t.Fatalf("health: %+v", h)
+	}
+}
+
+// gatedWatch holds a Source's watch events until start is closed, and each
+// event at resourceVersion hold or after until release is closed.
+type gatedWatch struct {
+	*crashtest.Source
+	start, release chan struct{}
+	hold           int64
+}
+
+func (g *gatedWatch) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	inner, err := g.Source.WatchWithContext(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	w := &forwardWatch{out: make(chan watch.Event), stop: make(chan struct{})}
+	go func() {
+		defer close(w.out)
+		defer inner.Stop()
+		for {
+			var ev watch.Event
+			var ok bool
+			select {
+			case <-w.stop:
+				return
+			case ev, ok = <-inner.ResultChan():
+				if !ok {
+					return
+				}
+			}
+			gate := g.start
+			if m, err := meta.Accessor(ev.Object); err == nil {
+				if rv, _ := strconv.ParseInt(m.GetResourceVersion(), 10, 64); rv >= g.hold {
+					gate = g.release
+				}
+			}
+			for _, ch := range []chan struct{}{g.start, gate} {
+				select {
+				case <-ch:
+				case <-w.stop:
+					return
+				}
+			}
+			select {
+			case w.out <- ev:
+			case <-w.stop:
+				return
+			}
+		}
+	}()
+	return w, nil
+}
+
+// forwardWatch is a watch.Interface fed by one goroutine, which Stop ends.
+type forwardWatch struct {
+	out  chan watch.Event
+	stop chan struct{}
+	once sync.Once
+}
+
+func (w *forwardWatch) Stop()                          { w.once.Do(func() { close(w.stop) }) }
+func (w *forwardWatch) ResultChan() <-chan watch.Event { return w.out }
+
+// TestRegressionFreshNotBeforeRecreatedKeyGone: an object deleted while
+// the informer was down, then created again and deleted again, is not
+// fresh at its first delete: once the resumed watch has brought the
+// changed object, the cache still holds the re-created one, which the
+// server's state at the list's resourceVersion does not. The informer was
+// fresh (and synced) there, serving the deleted object.
+func TestRegressionFreshNotBeforeRecreatedKeyGone(t *testing.T) {
+	f := newCacheFile(t, 10)
+	keys := sortedKeys(f.src.Objects())
+	objs := f.src.Objects()
+	k, j := keys[0], keys[1]
+	if err := f.src.Delete(k); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.src.Create(objs[k]); err != nil {
+		t.Fatal(err)
+	}
+	upd, err := f.src.Update(bumpPod(objs[j], 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jrv, _ := strconv.ParseInt(upd.(*corev1.Pod).ResourceVersion, 10, 64)
+	if err := f.src.Delete(k); err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedWatch{Source: f.src, start: make(chan struct{}), release: make(chan struct{}), hold: jrv + 1}
+	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	inf, err := db.NewInformer("pods", g, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{
+		SyncPolicy: boltinformer.SyncAfterFresh, Metadata: f.src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runInformer(t, inf)
+	defer stop()
+	waitFor(t, "the diff", func() bool { return inf.Health().CatchupPending == 2 })
+	close(g.start)
+	waitFor(t, "the changed object", func() bool {
+		o, ok, _ := inf.GetIndexer().GetByKey(j)
+		return ok && o.(*corev1.Pod).ResourceVersion == upd.(*corev1.Pod).ResourceVersion
+	})
+	// A handler's registration waits for the informer loop's batch.
+	if _, err := inf.AddEventHandler(newEvRecorder("barrier")); err != nil {
+		t.Fatal(err)
+	}
+	if h := inf.Health(); h.Fresh {
+		_, exists, _ := inf.GetIndexer().GetByKey(k)
+		t.Fatalf("fresh while the cache holds %s (%t), deleted at %s: %+v", k, exists, h.FreshResourceVersion, h)
+	}
+	close(g.release)
+	waitFor(t, "HasSynced", inf.HasSynced)
+	if d := diffObjects(f.src.Objects(), inf.GetStore().List()); d != "" {
+		t.Fatalf("synced, not the server's state:\n%s", d)
 	}
 }

@@ -96,6 +96,11 @@ type Catchup struct {
 	want map[string]string
 	// goneKeys are the keys to be deleted, as planned.
 	goneKeys []string
+	// listed maps each key of the list to its resourceVersion: an event
+	// before R sets what the key still needs (a key deleted as planned
+	// may be created again before R, and one the list does not have
+	// created and deleted again).
+	listed map[string]string
 }
 
 // Plan compares the cache (cached yields each key and its
@@ -113,7 +118,7 @@ func Plan(list *metav1.PartialObjectMetadataList, keyOf func(*metav1.PartialObje
 			return nil, fmt.Errorf("%w: list at %s, cache at %s", ErrOtherTimeline, r, applied)
 		}
 	}
-	c := &Catchup{ResourceVersion: r, want: map[string]string{}}
+	c := &Catchup{ResourceVersion: r, want: map[string]string{}, listed: make(map[string]string, len(list.Items))}
 	listed := make(map[string]*metav1.PartialObjectMetadata, len(list.Items))
 	for i := range list.Items {
 		it := &list.Items[i]
@@ -125,6 +130,7 @@ func Plan(list *metav1.PartialObjectMetadataList, keyOf func(*metav1.PartialObje
 			return nil, fmt.Errorf("%w: object %q at %q: %w", ErrNotComparable, key, it.ResourceVersion, err)
 		}
 		listed[key] = it
+		c.listed[key] = it.ResourceVersion
 	}
 	for key, rv := range cached {
 		it, ok := listed[key]
@@ -226,10 +232,28 @@ func (c *Catchup) Observe(key, rv string, deleted bool) bool {
 		return true
 	}
 	if rv != "" {
-		if cmp, err := resourceversion.CompareResourceVersion(rv, c.ResourceVersion); err == nil && cmp >= 0 && len(c.want) > 0 {
+		cmp, err := resourceversion.CompareResourceVersion(rv, c.ResourceVersion)
+		switch {
+		case err == nil && cmp >= 0:
 			// Every event up to R was applied (the watch is in order).
-			c.want = map[string]string{}
+			c.Complete()
 			return true
+		case err == nil:
+			// An event before R: the key is as the list has it only once
+			// it reaches its listed resourceVersion (a listed key), or is
+			// deleted (a key the list does not have), whatever was planned.
+			if lrv, ok := c.listed[key]; ok {
+				if cmp, err := resourceversion.CompareResourceVersion(rv, lrv); !deleted && err == nil && cmp >= 0 {
+					delete(c.want, key)
+				} else {
+					c.want[key] = lrv
+				}
+			} else if deleted {
+				delete(c.want, key)
+			} else {
+				c.want[key] = ""
+			}
+			return len(c.want) == 0
 		}
 	}
 	target, ok := c.want[key]
@@ -264,4 +288,4 @@ func (c *Catchup) ObserveProgress(rv string) bool {
 }
 
 // Complete marks the cache caught up (a complete list was applied).
-func (c *Catchup) Complete() { c.want = map[string]string{} }
+func (c *Catchup) Complete() { c.want, c.listed = map[string]string{}, nil }

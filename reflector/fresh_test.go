@@ -44,8 +44,9 @@ func TestCatchup(t *testing.T) {
 		{"ns/gone", "18", true, false}, // deleted: done for gone
 		{"ns/new", "18", true, false},
 		{"ns/b", "20", false, false},
-		{"ns/x", "21", false, false}, // not planned
-		{"ns/new", "25", false, true},
+		{"ns/x", "21", false, false}, // not listed: must be deleted before R
+		{"ns/new", "25", false, false},
+		{"ns/x", "26", true, true},
 	}
 	for i, s := range steps {
 		if got := c.Observe(s.key, s.rv, s.deleted); got != s.done {
@@ -102,5 +103,37 @@ func TestPlanResume(t *testing.T) {
 	c, err = reflector.PlanResume(list, key, "15", "18", maps.All(map[string]string{"ns/a": "10"}))
 	if err != nil || c.Done() || c.Changed != 1 {
 		t.Fatalf("a plan: %+v, %v", c, err)
+	}
+}
+
+// TestRegressionCatchupRecreatedBeforeR: a key to be deleted that the
+// watch deletes, then creates again before R (and deletes again before R),
+// is not caught up at its first delete; nor is a key the list does not
+// have that the watch creates: until their last deletes, the cache holds
+// objects the server's state at R does not. The catch-up was done at the
+// first delete, and Fresh came with the re-created object in the cache.
+func TestRegressionCatchupRecreatedBeforeR(t *testing.T) {
+	c, err := reflector.Plan(metaList("20", map[string]string{"j": "11"}), key, "4", maps.All(map[string]string{"ns/j": "2", "ns/k": "3"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		key, rv string
+		deleted bool
+		done    bool
+	}{
+		{"ns/k", "5", true, false},   // deleted: as planned
+		{"ns/k", "6", false, false},  // created again: must go again
+		{"ns/x", "7", false, false},  // not listed, not cached: must go
+		{"ns/j", "11", false, false}, // j as listed: k and x still in the cache
+		{"ns/x", "12", true, false},
+		{"ns/z", "13", false, false}, // not planned, created
+		{"ns/k", "14", true, false},
+		{"ns/z", "15", true, true},
+	}
+	for i, s := range steps {
+		if got := c.Observe(s.key, s.rv, s.deleted); got != s.done {
+			t.Fatalf("step %d %+v: done %v, pending %v", i, s, got, c.WantKeys())
+		}
 	}
 }
