@@ -1132,6 +1132,12 @@ func (s *Informer) patchLocked(info cache.ReplacedAllInfo, p *partialAnswer, isI
 	if err != nil {
 		return err
 	}
+	if len(s.observers) > 0 {
+		// A relist, though only what changed was read: the observers get
+		// the whole content, as from a full one (the events in between
+		// are not known).
+		s.notifyLocked(Change{Type: ChangeReplace, Objects: s.indexer.List(), ResourceVersion: info.ResourceVersion})
+	}
 	for _, d := range deletions {
 		s.distributeDeleteLocked(processor.DeleteNotification{Old: d})
 	}

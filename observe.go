@@ -17,7 +17,8 @@ const (
 	ChangeDelete
 	// ChangeReplace: a list replaced the whole content with Objects (a
 	// relist: the events between the previous state and this one are not
-	// known, only the difference).
+	// known, only the difference). A relist that read only what changed
+	// (InformerOptions.Getter) is one too: Objects is the whole content.
 	ChangeReplace
 	// ChangeBookmark: the cache is current as of ResourceVersion; no object
 	// changed.

@@ -217,3 +217,29 @@ func TestObserveConcurrent(t *testing.T) {
 		m.equals(t, inf, src.ResourceVersion())
 	}
 }
+
+// TestRegressionPartialRelistObserved: a relist after 410 that reads only
+// what changed (InformerOptions.Getter: a Factory's default) changed the
+// cache without telling the observers: the local API, which keeps its
+// view from them, went on serving the objects changed and deleted while
+// the agent was down. Observers get it as the relist it is: a Replace
+// with the whole content.
+func TestRegressionPartialRelistObserved(t *testing.T) {
+	f := newCacheFile(t, 100)
+	churn(t, f.src, 3)
+	f.src.Compact()
+	f.src.ResetCalls()
+	r := f.open(nil, &boltinformer.InformerOptions{SyncPolicy: boltinformer.SyncAfterFresh, Metadata: f.src, Getter: f.src})
+	st, stop := r.inf.Observe(func(boltinformer.Change) {})
+	stop()
+	m := newObservedModel(st)
+	_, stop = r.inf.Observe(m.apply)
+	defer stop()
+	r.run()
+	r.waitSynced()
+	r.waitApplied()
+	if n := r.inf.WatchStats().PartialRelists; n != 1 {
+		t.Fatalf("%d partial relists, want 1 (calls %v)", n, f.src.Calls().Log)
+	}
+	m.equals(t, r.inf, f.src.ResourceVersion())
+}
