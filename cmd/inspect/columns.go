@@ -1,49 +1,65 @@
 package main
 
 import (
+	"io"
 	"strconv"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/cli-runtime/pkg/printers"
 
 	"github.com/boltinformer/boltinformer/internal/columns"
 )
 
 // objectTable is the table of objects of one informer, whose objects are
-// of kind (empty: unknown). Undecoded records show their envelope.
-func objectTable(objs []*object, kind schema.GroupVersionKind, withNamespace, wide bool, now time.Time) *table {
-	t := &table{}
-	if withNamespace {
-		t.headers = append(t.headers, "NAMESPACE")
+// of kind (empty: unknown), as a metav1.Table that cli-runtime's table
+// printer prints the way kubectl does (NAMESPACE, -L and --show-labels
+// columns, wide columns at priority 1). Its columns are those of
+// internal/columns for the kind, shared with the local API's Tables, then
+// the record's resourceVersion, codec and payload size in wide output.
+// When no object decodes (a type this inspect does not know, or encrypted
+// without the key), the table shows the records' envelopes.
+func objectTable(objs []*object, kind schema.GroupVersionKind, now time.Time) *metav1.Table {
+	t := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{{Name: "Name", Type: "string", Format: "name"}}}
+	col := func(priority int32, names ...string) {
+		for _, n := range names {
+			t.ColumnDefinitions = append(t.ColumnDefinitions, metav1.TableColumnDefinition{Name: n, Type: "string", Priority: priority})
+		}
 	}
-	t.headers = append(t.headers, "NAME")
+	row := func(o *object, cells ...string) {
+		u := o.printable()
+		r := metav1.TableRow{Object: runtime.RawExtension{Object: u}}
+		_, name := o.namespaceName()
+		if n := u.GetName(); n != "" {
+			name = n
+		}
+		r.Cells = append(r.Cells, name)
+		for _, c := range cells {
+			r.Cells = append(r.Cells, c)
+		}
+		t.Rows = append(t.Rows, r)
+	}
 	decoded := false
 	for _, o := range objs {
 		decoded = decoded || o.obj != nil
 	}
 	if !decoded && len(objs) > 0 {
-		// Nothing decodes (a type this inspect does not know): envelopes.
-		t.headers = append(t.headers, "UID", "RESOURCEVERSION", "CODEC", "BYTES")
+		// Nothing decodes: the envelopes.
+		col(0, "UID", "RESOURCEVERSION", "CODEC", "BYTES")
 		for _, o := range objs {
-			ns, name := o.namespaceName()
-			row := []string{name, orNone(o.rec.UID), orNone(o.rec.ResourceVersion), codecName(o.rec), strconv.Itoa(len(o.rec.Payload))}
-			if withNamespace {
-				row = append([]string{orNone(ns)}, row...)
-			}
-			t.add(row...)
+			row(o, orNone(o.rec.UID), orNone(o.rec.ResourceVersion), codecName(o.rec), strconv.Itoa(len(o.rec.Payload)))
 		}
 		return t
 	}
 	cols, _ := columns.For(kind.GroupKind())
-	t.headers = append(t.headers, cols.Headers...)
-	t.headers = append(t.headers, "AGE")
-	if wide {
-		t.headers = append(t.headers, cols.Wide...)
-		t.headers = append(t.headers, "RESOURCEVERSION", "CODEC", "BYTES")
-	}
+	col(0, cols.Headers...)
+	col(0, "AGE")
+	col(1, cols.Wide...)
+	col(1, "RESOURCEVERSION", "CODEC", "BYTES")
 	for _, o := range objs {
-		ns, name := o.namespaceName()
 		cells, wcells := columns.Unknown(len(cols.Headers)), columns.Unknown(len(cols.Wide))
 		created := time.Time{}
 		if o.obj != nil {
@@ -52,21 +68,23 @@ func objectTable(objs []*object, kind schema.GroupVersionKind, withNamespace, wi
 			}
 			if m, err := meta.Accessor(o.obj); err == nil {
 				created = m.GetCreationTimestamp().Time
-				ns, name = m.GetNamespace(), m.GetName()
 			}
 		}
-		var row []string
-		if withNamespace {
-			row = append(row, orNone(ns))
-		}
-		row = append(row, name)
-		row = append(row, cells...)
-		row = append(row, columns.Age(now, created))
-		if wide {
-			row = append(row, wcells...)
-			row = append(row, orNone(o.rec.ResourceVersion), codecName(o.rec), strconv.Itoa(len(o.rec.Payload)))
-		}
-		t.add(row...)
+		all := append(append([]string{}, cells...), columns.Age(now, created))
+		all = append(all, wcells...)
+		all = append(all, orNone(o.rec.ResourceVersion), codecName(o.rec), strconv.Itoa(len(o.rec.Payload)))
+		row(o, all...)
 	}
 	return t
+}
+
+// printTable prints t as kubectl does.
+func printTable(w io.Writer, t *metav1.Table, p *printFlags, withNamespace bool) error {
+	return printers.NewTablePrinter(printers.PrintOptions{
+		NoHeaders:     p.noHeaders,
+		WithNamespace: withNamespace,
+		Wide:          p.wide(),
+		ShowLabels:    p.showLabels,
+		ColumnLabels:  p.labelColumns,
+	}).PrintObj(t, w)
 }

@@ -59,7 +59,7 @@ func TestObjectTable(t *testing.T) {
 		}
 		o := &object{key: "ns/x", rec: &store.Record{ResourceVersion: "7", Codec: store.CodecProtobuf}, obj: tc.obj, gvk: gvks[0]}
 		var got strings.Builder
-		if err := objectTable([]*object{o}, gvks[0], false, true, testNow).print(&got, false); err != nil {
+		if err := printTable(&got, objectTable([]*object{o}, gvks[0], testNow), &printFlags{output: formatWide}, false); err != nil {
 			t.Fatal(err)
 		}
 		if got.String() != tc.want {
@@ -69,7 +69,7 @@ func TestObjectTable(t *testing.T) {
 	// An object of another kind than the informer's: its cells are unknown.
 	o := &object{key: "ns/x", rec: &store.Record{Codec: store.CodecJSON}, obj: &corev1.ConfigMap{ObjectMeta: om("cm")}, gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}}
 	var got strings.Builder
-	_ = objectTable([]*object{o}, schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, true, false, testNow).print(&got, true)
+	_ = printTable(&got, objectTable([]*object{o}, schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, testNow), &printFlags{noHeaders: true}, true)
 	if want := "ns    cm    ?     ?     ?     90m\n"; got.String() != want {
 		t.Errorf("got %q, want %q", got.String(), want)
 	}

@@ -17,8 +17,9 @@ import (
 )
 
 type exportOptions struct {
-	outputFile string
-	progress   string
+	outputFile        string
+	progress          string
+	showManagedFields bool
 }
 
 func (a *app) newExportCommand() *cobra.Command {
@@ -35,7 +36,8 @@ kubectl apply --dry-run=client -f). A progress bar goes to stderr when it is
 a terminal (--progress=auto) or always (--progress=always).`,
 		Example: `  inspect export cache.db -o yaml > cache.yaml
   inspect export cache.db v1/pods -o jsonl --output-file pods.jsonl`,
-		Args: cobra.RangeArgs(1, 2),
+		Args:              cobra.RangeArgs(1, 2),
+		ValidArgsFunction: a.completeInformerArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := p.validate(); err != nil {
 				return err
@@ -59,6 +61,7 @@ a terminal (--progress=auto) or always (--progress=always).`,
 	p = addPrintFlags(cmd, formatJSON, formatYAML, formatJSONL)
 	cmd.Flags().StringVar(&o.outputFile, "output-file", "", "write to this file instead of stdout")
 	cmd.Flags().StringVar(&o.progress, "progress", "auto", "progress bar on stderr: auto (when a terminal), always, never")
+	addManagedFieldsFlag(cmd, &o.showManagedFields)
 	return cmd
 }
 
@@ -120,10 +123,13 @@ func (a *app) export(cmd *cobra.Command, path, informer string, o *exportOptions
 			}
 		}
 		bar := newProgress(cmd.ErrOrStderr(), o.progress, total, a.now)
-		lw := newListWriter(out, p.output, rv)
+		lw := newListWriter(out, p.output, rv, o.showManagedFields)
 		var envelopes, failed int
 		for _, inf := range infs {
 			_, err := scanObjects(tx, inf, nil, decoders[inf], func(string) bool { return true }, func(obj *object) error {
+				if obj.keyErr != nil {
+					return obj.keyErr // an export is whole, or fails
+				}
 				switch {
 				case obj.failed:
 					failed++

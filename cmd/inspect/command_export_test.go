@@ -156,3 +156,24 @@ func TestExportErrors(t *testing.T) {
 		t.Errorf("%v: %+v", err, e)
 	}
 }
+
+// export streams the List that get prints with cli-runtime's printers,
+// byte for byte, managedFields left out alike (or kept alike).
+func TestExportIsGetsList(t *testing.T) {
+	path := fixture(t)
+	keys := keyFile(t, testKey)
+	for _, inf := range []string{"pods", "widgets", "secrets", "gadgets"} {
+		for _, args := range [][]string{{"-o", "json"}, {"-o", "yaml"}, {"-o", "json", "--show-managed-fields"}, {"-o", "yaml", "--show-managed-fields"}} {
+			args = append(args, "--key-file", keys)
+			exported, _ := mustRun(t, 0, append([]string{"export", path, inf}, args...)...)
+			got, _ := mustRun(t, 0, append([]string{"get", path, inf}, args...)...)
+			if exported != got {
+				t.Errorf("%s %v: export and get differ:\n%s", inf, args, firstDiff(got, exported))
+			}
+		}
+	}
+	empty, _ := mustRun(t, 0, "export", emptyFile(t), "-o", "json")
+	if !strings.Contains(empty, `"items": []`) {
+		t.Errorf("empty export: %s", empty)
+	}
+}

@@ -23,7 +23,8 @@ of objects that have it (-o wide and json/yaml add the object keys). Without
 INDEX it lists the informer's indexes.`,
 		Example: `  inspect index cache.db v1/pods namespace
   inspect index cache.db v1/pods`,
-		Args: cobra.RangeArgs(2, 3),
+		Args:              cobra.RangeArgs(2, 3),
+		ValidArgsFunction: a.completeIndexArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := p.validate(); err != nil {
 				return err
@@ -157,4 +158,22 @@ func (a *app) indexes(cmd *cobra.Command, path, informer string, p *printFlags) 
 		}
 		return t.print(out, p.noHeaders)
 	})
+}
+
+// completeIndexArgs completes FILE, INFORMER and INDEX.
+func (a *app) completeIndexArgs(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	if len(args) != 2 {
+		return a.completeInformerArg(cmd, args, toComplete)
+	}
+	var out []string
+	a.completionView(args[0], func(tx *store.Tx) {
+		if inf, err := resolveInformer(tx, args[1]); err == nil {
+			for _, idx := range tx.Indexes(inf) {
+				if strings.HasPrefix(idx, toComplete) {
+					out = append(out, idx)
+				}
+			}
+		}
+	})
+	return out, cobra.ShellCompDirectiveNoFileComp
 }

@@ -39,8 +39,22 @@ func TestList(t *testing.T) {
 		{"list-gadgets", []string{"gadgets"}, gadgetsWarning},
 		{"list-gadgets-json", []string{"gadgets", "-o", "json"}, gadgetsWarning},
 		{"list-gadgets-name", []string{"gadgets", "-o", "name"}, gadgetsWarning},
-		{"list-empty-json", []string{"pods", "-n", "nope", "-o", "json"}, ""},
-		{"list-empty-yaml", []string{"pods", "--index", "node=nope", "-o", "yaml"}, ""},
+		{"list-empty-json", []string{"pods", "-n", "nope", "-o", "json"}, "No resources found in nope namespace.\n"},
+		{"list-empty-yaml", []string{"pods", "--index", "node=nope", "-o", "yaml"}, "No resources found.\n"},
+		{"list-pods-all-namespaces", []string{"po", "-A", "-n", "ns-0"}, ""},
+		{"list-pods-field-selector", []string{"pods", "--field-selector", "spec.nodeName=node-1,metadata.namespace!=ns-1"}, ""},
+		{"list-pods-field-selector-status", []string{"pods", "--field-selector", "status.phase=Running,status.podIP=10.244.0.4", "-o", "name"}, ""},
+		{"list-pods-sort-by", []string{"pods", "--sort-by", ".status.containerStatuses[0].restartCount"}, ""},
+		{"list-pods-sort-by-node", []string{"pods", "--sort-by", "{.spec.nodeName}", "-o", "wide"}, ""},
+		{"list-pods-sort-by-creation", []string{"pods", "--sort-by", ".metadata.creationTimestamp", "-o", "name"}, ""},
+		{"list-pods-show-labels", []string{"pods", "-n", "ns-1", "--show-labels"}, ""},
+		{"list-pods-label-columns", []string{"pods", "-L", "tier,app", "--sort-by", ".metadata.labels.tier"}, ""},
+		{"list-pods-jsonpath", []string{"pods", "-o", `jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}{"\t"}{.spec.nodeName}{"\n"}{end}`}, ""},
+		{"list-pods-custom-columns", []string{"pods", "-o", "custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name,NODE:.spec.nodeName,RESTARTS:.status.containerStatuses[*].restartCount"}, ""},
+		{"list-pods-go-template", []string{"pods", "-n", "ns-2", "-o", `go-template={{range .items}}{{.metadata.name}} {{.status.podIP}}{{"\n"}}{{end}}`}, ""},
+		{"list-widgets-field-selector", []string{"widgets", "--field-selector", "spec.enabled=true,spec.size!=2"}, ""},
+		{"list-secrets-no-key", []string{"secrets"}, secretsWarning},
+		{"list-secrets-no-key-field-selector", []string{"secrets", "--field-selector", "metadata.name=db", "-o", "name"}, secretWarning},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stdout, stderr := mustRun(t, 0, append([]string{"list", path}, tc.args...)...)
@@ -58,18 +72,21 @@ func TestListEmptyTable(t *testing.T) {
 	path := fixture(t)
 	for _, args := range [][]string{{"-n", "ns-9"}, {"-l", "tier=none"}} {
 		stdout, stderr := mustRun(t, 0, append([]string{"list", path, "pods"}, args...)...)
-		want := "No objects found.\n"
+		want := "No resources found.\n"
 		if args[0] == "-n" {
-			want = "No objects found in namespace ns-9.\n"
+			want = "No resources found in ns-9 namespace.\n"
 		}
 		if stdout != "" || stderr != want {
 			t.Errorf("%v: stdout %q stderr %q", args, stdout, stderr)
 		}
 	}
-	// -l needs labels: envelopes are left out, and said so.
-	stdout, stderr := mustRun(t, 0, "list", path, "gadgets", "-l", "a=b", "-o", "name")
-	if stdout != "" || stderr != "warning: 2 object(s) left out: -l needs their labels, and they do not decode\n" {
-		t.Errorf("stdout %q stderr %q", stdout, stderr)
+	// -l needs labels: envelopes are left out, and said so; so does a
+	// field selector of fields that envelopes do not have.
+	for _, sel := range [][]string{{"-l", "a=b"}, {"--field-selector", "spec.x=y"}} {
+		stdout, stderr := mustRun(t, 0, append([]string{"list", path, "gadgets", "-o", "name"}, sel...)...)
+		if stdout != "" || stderr != "warning: 2 object(s) left out: the selector needs fields they do not have, as they do not decode\nNo resources found.\n" {
+			t.Errorf("%v: stdout %q stderr %q", sel, stdout, stderr)
+		}
 	}
 }
 
@@ -112,8 +129,6 @@ func TestListErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{path, []string{"secrets"}, exitFailure, `inspect: informer "v1/secrets": object "prod/api-token" is encrypted (key id "k1"): pass --key-file`},
-		{path, []string{"secrets", "-o", "json", "--key-file", keyFile(t, wrongKey)}, exitFailure, `inspect: informer "v1/secrets": object "prod/api-token" does not decrypt`},
 		{path, []string{"pods", "--index", "phase=Running"}, exitFailure, `inspect: informer "v1/pods" has no index "phase" (indexes: namespace, node)`},
 		{path, []string{"pods", "--index", "node"}, exitFailure, `inspect: --index "node": want NAME=VALUE`},
 		{path, []string{"pods", "-l", "a=(b"}, exitFailure, `inspect: -l "a=(b": `},
@@ -125,11 +140,18 @@ func TestListErrors(t *testing.T) {
 			t.Errorf("%v: stdout %q\nstderr %q\nwant   %q", tc.args, stdout, stderr, tc.want)
 		}
 	}
+	// A wrong key: the envelopes, then the error.
+	stdout, stderr := mustRun(t, exitFailure, "list", path, "secrets", "-o", "name", "--key-file", keyFile(t, wrongKey))
+	if stdout != "record.inspect.boltinformer.io/api-token\nrecord.inspect.boltinformer.io/db\n" ||
+		!strings.HasPrefix(stderr, `inspect: informer "v1/secrets": object "prod/api-token" does not decrypt with key "k1" of --key-file: wrong key`+"\n"+
+			`inspect: informer "v1/secrets": object "prod/db" does not decrypt`) {
+		t.Errorf("wrong key: stdout %q\nstderr %q", stdout, stderr)
+	}
 	// An index entry without its object: listed without it, and said so.
 	dangling := damage(t, func(tx *bolt.Tx) error {
 		return informerBolt(tx, "v1/pods", "indexes", "node").Put([]byte("node-1\x00ns-0/gone"), nil)
 	})
-	stdout, stderr := mustRun(t, 0, "list", dangling, "pods", "--index", "node=node-1", "-o", "name")
+	stdout, stderr = mustRun(t, 0, "list", dangling, "pods", "--index", "node=node-1", "-o", "name")
 	if stdout != "pod/pod-000003\npod/pod-000001\npod/pod-000005\n" ||
 		stderr != "warning: 1 index entries point to missing objects; run inspect check "+dangling+"\n" {
 		t.Errorf("stdout %q\nstderr %q", stdout, stderr)
@@ -137,7 +159,7 @@ func TestListErrors(t *testing.T) {
 	// A payload that does not decode: listed as its envelope, exit 2.
 	bad := withGarbagePayload(t)
 	stdout, stderr = mustRun(t, exitCorrupt, "list", bad, "pods", "-n", "ns-0", "-o", "name")
-	if stdout != "record/bad-payload\npod/pod-000000\npod/pod-000003\n" ||
+	if stdout != "record.inspect.boltinformer.io/bad-payload\npod/pod-000000\npod/pod-000003\n" ||
 		!strings.Contains(stderr, `warning: object "ns-0/bad-payload": payload does not decode: `) ||
 		!strings.HasSuffix(stderr, "inspect: 1 object(s) have payloads that do not decode; run inspect check "+bad+"\n") {
 		t.Errorf("stdout %q\nstderr %q", stdout, stderr)

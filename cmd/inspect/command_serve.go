@@ -189,6 +189,9 @@ func (a *app) snapshots(cmd *cobra.Command, path string, keys *encryptionconfig.
 			var bad int
 			var reason string
 			_, err := scanObjects(tx, inf, nil, d, func(string) bool { return true }, func(o *object) error {
+				if o.keyErr != nil {
+					return o.keyErr
+				}
 				if o.obj == nil {
 					bad++
 					reason = fmt.Sprintf("object %q: %s", o.key, o.reason)

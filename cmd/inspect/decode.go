@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"reflect"
@@ -39,6 +40,8 @@ type object struct {
 	// wrapping codec.ErrEncrypted or codec.ErrWrongKey. The object is its
 	// envelope.
 	keyErr error
+	// u is printable's result, once made.
+	u *unstructured.Unstructured
 }
 
 // namespaceName splits the object's key.
@@ -50,13 +53,30 @@ func (o *object) namespaceName() (string, string) {
 	return ns, name
 }
 
-// printable is what JSON and YAML output print: the object, or its
-// envelope.
-func (o *object) printable() any {
-	if o.obj != nil {
-		return o.obj
+// printable is the object as inspect prints it, in kubectl's form: the
+// decoded object as unstructured content (apiVersion and kind set, fields
+// as the API's JSON has them), or its envelope (kind Record). It is made
+// once and shared: printers may change it (managedFields left out).
+func (o *object) printable() *unstructured.Unstructured {
+	if o.u != nil {
+		return o.u
 	}
-	return newEnvelope(o)
+	switch obj := o.obj.(type) {
+	case nil:
+	case *unstructured.Unstructured:
+		o.u = obj
+	default:
+		if m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj); err == nil {
+			o.u = &unstructured.Unstructured{Object: m}
+			if o.u.GetKind() == "" {
+				o.u.SetGroupVersionKind(o.gvk)
+			}
+		}
+	}
+	if o.u == nil {
+		o.u = newEnvelope(o).unstructured()
+	}
+	return o.u
 }
 
 // decoder decodes the records of one informer.
@@ -322,6 +342,39 @@ type envelopeMetadata struct {
 	Namespace       string `json:"namespace,omitempty"`
 	UID             string `json:"uid,omitempty"`
 	ResourceVersion string `json:"resourceVersion,omitempty"`
+}
+
+// unstructured is the envelope as an object that printers print, with
+// the fields its JSON has.
+func (e *envelope) unstructured() *unstructured.Unstructured {
+	md := map[string]any{"name": e.Metadata.Name}
+	for k, v := range map[string]string{"namespace": e.Metadata.Namespace, "uid": e.Metadata.UID, "resourceVersion": e.Metadata.ResourceVersion} {
+		if v != "" {
+			md[k] = v
+		}
+	}
+	m := map[string]any{
+		"apiVersion": e.APIVersion, "kind": e.Kind, "metadata": md, "key": e.Key, "codec": e.Codec,
+		"reason": e.Reason, "payloadBytes": int64(e.Bytes), "payload": base64.StdEncoding.EncodeToString(e.Payload),
+	}
+	if e.KeyID != "" {
+		m["keyID"] = e.KeyID
+	}
+	if e.Object != "" {
+		m["objectKind"] = e.Object
+	}
+	if len(e.Indexed) > 0 {
+		idx := map[string]any{}
+		for name, values := range e.Indexed {
+			vs := make([]any, len(values))
+			for i, v := range values {
+				vs[i] = v
+			}
+			idx[name] = vs
+		}
+		m["indexed"] = idx
+	}
+	return &unstructured.Unstructured{Object: m}
 }
 
 // envelopeKind is the apiVersion and kind of printed envelopes.

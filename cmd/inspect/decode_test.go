@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -45,12 +46,12 @@ func TestDecodeWithoutState(t *testing.T) {
 		t.Fatalf("%v: %+v", err, o)
 	}
 	o, err = d.decode("ns/a", &store.Record{Codec: store.CodecJSON, Payload: []byte(`{"metadata":{"name":"a"},"n":1}`)})
-	if err != nil || o.obj == nil || objectName(o) != "record/a" {
+	if err != nil || o.obj == nil || nameOf(o) != "object/a" {
 		t.Fatalf("%v: %+v", err, o)
 	}
 	// With the kind from the record, typed JSON decodes into its type.
 	o, err = d.decode("ns/a", &store.Record{Codec: store.CodecJSON, APIVersion: "v1", Kind: "ConfigMap", Payload: []byte(`{"metadata":{"name":"a"},"data":{"k":"v"}}`)})
-	if err != nil || objectName(o) != "configmap/a" || o.obj.GetObjectKind().GroupVersionKind().Kind != "ConfigMap" {
+	if err != nil || nameOf(o) != "configmap/a" || o.obj.GetObjectKind().GroupVersionKind().Kind != "ConfigMap" {
 		t.Fatalf("%v: %+v", err, o)
 	}
 	for _, bad := range []string{`null`, `[1]`, `{`} {
@@ -59,4 +60,13 @@ func TestDecodeWithoutState(t *testing.T) {
 			t.Errorf("%s: %v: %+v", bad, err, o)
 		}
 	}
+}
+
+// nameOf is the object as -o name prints it.
+func nameOf(o *object) string {
+	var b strings.Builder
+	if err := (namePrinter{}).PrintObj(o.printable(), &b); err != nil {
+		return err.Error()
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }

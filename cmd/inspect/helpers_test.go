@@ -123,6 +123,13 @@ func writeFixture(path string) (err error) {
 	for i := range 6 {
 		pods = append(pods, testobj.Pod(i, 3, 2, strconv.Itoa(100+i)))
 	}
+	// Written by server-side apply: -o json|yaml leave its managedFields
+	// out unless --show-managed-fields.
+	pods[0].(*corev1.Pod).ManagedFields = []metav1.ManagedFieldsEntry{{
+		Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1",
+		Time: &metav1.Time{Time: fileTime.Add(-72 * time.Hour)}, FieldsType: "FieldsV1",
+		FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{"f:app":{}}},"f:spec":{"f:nodeName":{}}}`),
+	}}
 	for i := range 3 {
 		widgets = append(widgets, testobj.Unstructured(i, fmt.Sprintf("ns-%d", i%2), strconv.Itoa(200+i)))
 	}
@@ -240,24 +247,30 @@ func pageSized(t *testing.T) {
 // testKeyID for Secrets.
 func keyFile(t *testing.T, key []byte) string {
 	t.Helper()
-	return writeKeyFile(t, "keys", testKeyID, key)
+	return writeKeyFile(t, "keys", "secrets", testKeyID, key)
+}
+
+// podKeyFile is a --key-file with keys for pods only.
+func podKeyFile(t *testing.T) string {
+	t.Helper()
+	return writeKeyFile(t, "pod-keys", "pods", testKeyID, testKey)
 }
 
 // writeKeyFile writes an EncryptionConfiguration with one aesgcm key for
-// Secrets.
-func writeKeyFile(t *testing.T, name, id string, key []byte) string {
+// resource.
+func writeKeyFile(t *testing.T, name, resource, id string, key []byte) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name)
 	data := fmt.Sprintf(`apiVersion: apiserver.config.k8s.io/v1
 kind: EncryptionConfiguration
 resources:
-- resources: [secrets]
+- resources: [%s]
   providers:
   - aesgcm:
       keys:
       - name: %s
         secret: %s
-`, id, base64.StdEncoding.EncodeToString(key))
+`, resource, id, base64.StdEncoding.EncodeToString(key))
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -351,5 +364,27 @@ func emptyFile(t *testing.T) string {
 // otherKeyFile has one key, of another id than the fixture's.
 func otherKeyFile(t *testing.T) string {
 	t.Helper()
-	return writeKeyFile(t, "other-keys", "k2", testKey)
+	return writeKeyFile(t, "other-keys", "secrets", "k2", testKey)
+}
+
+// withTwoPodInformers is a copy of the fixture with a second informer of
+// Pods, "v1/pods-of-node-1".
+func withTwoPodInformers(t *testing.T) string {
+	t.Helper()
+	path := copyFixture(t)
+	db, err := store.Open(path, &store.Options{Clock: clocktesting.NewFakePassiveClock(fileTime), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	committer := store.NewCommitter(db, &store.CommitterOptions{MaxDelay: time.Hour})
+	x, err := indexer.Open(db, "v1/pods-of-node-1", nil, &indexer.Options{Committer: committer, Example: &corev1.Pod{},
+		Identity: store.State{ClusterID: "cluster-a", Resource: "/v1, Resource=pods", ListOptions: "node-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = errors.Join(x.Replace([]any{testobj.Pod(1, 3, 2, "101")}, "130"), committer.Flush(context.Background()), x.Close(), db.Close())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -224,6 +224,9 @@ func runExample(t *testing.T, b exampleBlock, goldenDir string) string {
 			}
 		}
 		out.WriteString(stdout)
+		if stdout != "" && !strings.HasSuffix(stdout, "\n") {
+			out.WriteString("\n") // a shell's prompt would follow on this line
+		}
 		out.WriteString(terminal(stderr))
 		if code != 0 {
 			fmt.Fprintf(&out, "[exit status %d]\n", code)

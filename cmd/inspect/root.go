@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -59,11 +57,11 @@ after --timeout if a running agent holds the file.`,
 	root.PersistentFlags().StringVar(&a.keyFile, "key-file", "",
 		"decryption keys for encrypted payloads: a Kubernetes EncryptionConfiguration (aesgcm providers with named keys), as the agent reads")
 	addOutputFlags(root)
+	_ = root.RegisterFlagCompletionFunc(flagOutput, completeOutput)
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return checkOutputFlags(cmd) }
 	root.AddCommand(
 		a.newLsCommand(),
 		a.newGetCommand(),
-		a.newListCommand(),
 		a.newIndexCommand(),
 		a.newCheckCommand(),
 		a.newExportCommand(),
@@ -155,30 +153,4 @@ func (a *app) view(path string, fn func(db *store.DB, tx *store.Tx) error) error
 	}
 	defer db.Close()
 	return db.View(func(tx *store.Tx) error { return fn(db, tx) })
-}
-
-// resolveInformer finds the informer named arg: its exact name, else the
-// only informer whose name ends in "/"+arg (so "pods" finds "v1/pods").
-func resolveInformer(tx *store.Tx, arg string) (string, error) {
-	names := tx.Informers()
-	var matches []string
-	for _, n := range names {
-		if n == arg {
-			return n, nil
-		}
-		if strings.HasSuffix(n, "/"+arg) {
-			matches = append(matches, n)
-		}
-	}
-	switch len(matches) {
-	case 1:
-		return matches[0], nil
-	case 0:
-		if len(names) == 0 {
-			return "", fmt.Errorf("no informer %q: the file has no informers", arg)
-		}
-		return "", fmt.Errorf("no informer %q (informers: %s)", arg, strings.Join(names, ", "))
-	}
-	sort.Strings(matches)
-	return "", fmt.Errorf("informer %q is ambiguous: %s", arg, strings.Join(matches, ", "))
 }
