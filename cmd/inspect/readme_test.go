@@ -40,16 +40,33 @@ import (
 // alike (a change of output, e.g. a new format version).
 func TestRegressionReadmeExamples(t *testing.T) {
 	pageSized(t)
-	const readme = "README.md"
-	src, err := os.ReadFile(readme)
+	// This directory's README.md, and the repository's, whose section on
+	// inspect shows the kubectl-style use.
+	for _, readme := range []struct {
+		path      string
+		minBlocks int
+	}{{"README.md", 10}, {filepath.Join("..", "..", "README.md"), 1}} {
+		t.Run(readme.path, func(t *testing.T) { checkReadme(t, readme.path, readme.minBlocks) })
+	}
+}
+
+// checkReadme runs the examples of the README at path (relative to this
+// directory) and compares, or with -update rewrites, its blocks.
+func checkReadme(t *testing.T, path string, minBlocks int) {
+	readmePath, err := filepath.Abs(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	src, err := os.ReadFile(readmePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := path
 	blocks, err := parseExamples(string(src))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(blocks) < 10 {
+	if len(blocks) < minBlocks {
 		t.Fatalf("%s: %d example blocks; the markers are gone?", readme, len(blocks))
 	}
 	goldenDir, err := filepath.Abs("testdata")
@@ -78,8 +95,6 @@ func TestRegressionReadmeExamples(t *testing.T) {
 		body := runExample(t, b, goldenDir)
 		out = out[:b.start] + body + out[b.end:]
 	}
-	// Back to the package directory (t.Chdir restores it at the end).
-	readmePath := filepath.Join(filepath.Dir(goldenDir), readme)
 	if out == string(src) {
 		return
 	}
