@@ -56,7 +56,7 @@ func TestReadEncryptionConfiguration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	secrets, err := f.InformerFor(&corev1.Secret{}, "", nil)
+	secrets, err := f.PersistentInformer(&corev1.Secret{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestReadEncryptionConfiguration(t *testing.T) {
 		{appsv1.SchemeGroupVersion.WithResource("deployments"), true},
 		{schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}, true},
 	} {
-		inf, err := f.ForResource(c.gvr, nil)
+		inf, err := f.DynamicInformer(c.gvr, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,36 +2,43 @@ package boltinformer
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
-	"sort"
+	"net/http"
+	"reflect"
+	"strings"
 	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
-// FactoryOptions configure NewFactory. A nil *FactoryOptions means the
-// defaults.
+// FactoryOptions configure NewFactory and NewFactoryForClient. A nil
+// *FactoryOptions means the defaults.
 type FactoryOptions struct {
-	// Namespace limits every informer to one namespace ("" means all).
+	// Namespace limits every informer to one namespace ("" means all): the
+	// namespace the group accessors (f.Core(), ...) give client-go's
+	// generated informers, and PersistentInformer's and DynamicInformer's.
 	Namespace string
-	// TweakListOptions edits every list and watch request (e.g. a
-	// spec.nodeName field selector). Its effect is fingerprinted into each
-	// informer's identity.
+	// TweakListOptions edits every list and watch request of those
+	// informers (e.g. a spec.nodeName field selector). The label and field
+	// selectors it sets are part of each informer's identity; other list
+	// options it sets (a limit, a timeout) are not carried over to the
+	// persistent informers, whose reflector chooses them.
 	TweakListOptions func(*metav1.ListOptions)
-	// ResyncPeriod is the default handler resync period (0: none).
+	// ResyncPeriod is the default handler resync period (0: none): the
+	// defaultResync of informers.NewSharedInformerFactory.
 	ResyncPeriod time.Duration
 	// ClusterID identifies the cluster, as the caller knows it. "" means:
 	// as Identity says.
@@ -40,8 +47,8 @@ type FactoryOptions struct {
 	// IdentityNamespaceUID (the default: the kube-system namespace's UID,
 	// read within LookupTimeout, unchecked when the server cannot be
 	// reached, an error when it answers otherwise) or IdentityEndpoint (a
-	// fingerprint of the server URL and CA bundle, no API call). See
-	// ClusterIdentity.
+	// fingerprint of the server URL and CA bundle, no API call; NewFactory
+	// only). See ClusterIdentity.
 	Identity ClusterIdentity
 	// LookupTimeout bounds the kube-system lookup, retries of 429 and 5xx
 	// answers included. Default 3s; negative is an error.
@@ -77,32 +84,176 @@ type FactoryOptions struct {
 	// ConfigMaps and Secrets of one namespace (Namespace "edge"). Entries
 	// name resources as Keyrings entries do; NewFactory rejects an entry
 	// that can never match, and two entries that name a common resource.
+	// They apply to PersistentInformer, DynamicInformer, ForResource and
+	// the group accessors (f.Core().V1().Pods(): a generated informer that
+	// asks for the factory's Namespace and TweakListOptions gets its
+	// entry's instead); a generated informer built with a scope of its own
+	// (corev1informers.New(f, ns, tweak)) gets what it asked for.
 	Scopes map[string]Scope
 }
 
 // Factory builds informers for many resources on one DB (one file, one
-// group-commit loop), from a rest.Config: typed ones for built-in types and
-// dynamic (unstructured) ones for CRDs.
+// group-commit loop). It is a client-go informers.SharedInformerFactory:
+// the group accessors (f.Core().V1().Pods(), f.Apps().V1().Deployments(),
+// ...) and every package of client-go's generated informer tree that takes
+// an internalinterfaces.SharedInformerFactory (corev1informers.New(f, ns,
+// tweak)) build persistent informers, and a program written for
+// informers.NewSharedInformerFactory(client, resync) switches with one
+// line: boltinformer.NewSharedInformerFactory(db, client, resync).
+//
+// InformerFor learns what a generated informer lists (its resource,
+// namespace, and the label and field selectors its tweak sets) by building
+// it over a clientset of the factory's own whose transport answers
+// nothing, and running it until its first request; it then builds a
+// persistent informer of that scope over the factory's client, with a
+// metadata lister and an exact getter (see InformerOptions.Metadata and
+// Getter) when the client has a REST transport. When it cannot (an object
+// of a type the clientset does not list, an informer that makes no request
+// through the client it is given, the cluster identity not established,
+// the file refusing the informer), it keeps client-go's own informer, in
+// memory, with the reason logged and returned by PersistentInformer: never
+// another scope's file. Like client-go's factory, it shares one informer
+// per Go type: the first InformerFor of a type decides its scope.
+//
+// DynamicInformer builds informers of any resource (e.g. a CRD) whose
+// objects are *unstructured.Unstructured; PersistentInformer returns the
+// persistent informer of a type, for its Health, Flush, Observe and
+// moments.
 type Factory struct {
 	db       *DB
-	config   *rest.Config
+	logger   klog.Logger
 	opts     FactoryOptions
 	keyrings []*keyringEntry
 	scopes   []*scopeEntry
 	cluster  string
-	dynamic  dynamic.Interface
-	meta     metadata.Interface
+	// client lists and watches the typed informers: the caller's
+	// (NewFactoryForClient), or one built from the config (NewFactory).
+	client kubernetes.Interface
+	// dynamic and meta are nil when the client has no REST transport (the
+	// fake clientset): no dynamic informers, no metadata lists.
+	dynamic dynamic.Interface
+	meta    metadata.Interface
+	// memoryOnly, when set, is why every informer is kept in memory
+	// (NewSharedInformerFactory could not build a persistent factory).
+	memoryOnly error
 
-	// mu guards informers, started and matched.
-	mu        sync.Mutex
-	informers map[string]*Informer
-	started   map[string]bool
-	matched   map[*keyringEntry]bool // Keyrings entries an informer used
-	wg        sync.WaitGroup
+	// mu guards everything below, and serializes probes. Lock order: mu
+	// before the DB's locks.
+	mu           sync.Mutex
+	prober       *prober
+	entries      []*factoryEntry
+	byType       map[reflect.Type]*factoryEntry
+	byName       map[string]*factoryEntry // persistent informers, by file name
+	matched      map[*keyringEntry]bool   // Keyrings entries an informer used
+	shuttingDown bool
+	wg           sync.WaitGroup
 }
 
-// NewFactory returns a factory for db and config.
+// factoryEntry is one informer of the factory.
+type factoryEntry struct {
+	informer   cache.SharedIndexInformer
+	persistent *Informer // nil when in memory
+	inMemory   error     // why it is in memory
+	typ        reflect.Type
+	dynamic    bool
+	started    bool
+}
+
+var _ informers.SharedInformerFactory = (*Factory)(nil)
+
+// NewFactory returns a factory for db whose informers list and watch
+// through config: typed ones for built-in types (the client-go accessors,
+// InformerFor, PersistentInformer) and dynamic ones (DynamicInformer). It
+// establishes the cluster identity first (see FactoryOptions.Identity).
 func NewFactory(db *DB, config *rest.Config, opts *FactoryOptions) (*Factory, error) {
+	if config == nil {
+		return nil, errors.New("boltinformer: factory: nil rest.Config")
+	}
+	config = rest.CopyConfig(config)
+	if config.UserAgent == "" {
+		config.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	hc, err := rest.HTTPClientFor(config)
+	if err != nil {
+		return nil, fmt.Errorf("boltinformer: factory: %w", err)
+	}
+	client, err := kubernetes.NewForConfigAndClient(config, hc)
+	if err != nil {
+		return nil, fmt.Errorf("boltinformer: factory: %w", err)
+	}
+	return newFactory(db, client, config, hc, config, opts)
+}
+
+// NewFactoryForClient returns a factory for db whose typed informers list
+// and watch through client: a clientset (kubernetes.NewForConfig), a
+// wrapper of one, or the fake clientset of
+// k8s.io/client-go/kubernetes/fake for tests.
+//
+// With a clientset that has a REST transport (its CoreV1().RESTClient()
+// is a *rest.RESTClient), the factory reuses its HTTP client (credentials,
+// TLS, user agent) for metadata-only lists and dynamic informers. The
+// cluster identity is IdentityNamespaceUID's lookup through client (or
+// ClusterID); IdentityEndpoint needs a rest.Config (NewFactory).
+//
+// A client without a REST transport (the fake clientset) is for tests:
+// its objects carry no resourceVersion and its watch does not replay
+// deletions from one, so a file filled from it must never be resumed.
+// The factory persists its informers (the same code paths as in
+// production) under a cluster identity of its own, so every factory over
+// such a client starts cold: a test restarts an agent over the fake with a
+// full relist, never a stale cache. Test warm restarts with
+// recovery/crashtest's Source instead.
+func NewFactoryForClient(db *DB, client kubernetes.Interface, opts *FactoryOptions) (*Factory, error) {
+	if client == nil || (reflect.ValueOf(client).Kind() == reflect.Pointer && reflect.ValueOf(client).IsNil()) {
+		return nil, errors.New("boltinformer: factory: nil client")
+	}
+	var (
+		config *rest.Config
+		hc     *http.Client
+	)
+	if rc, ok := client.CoreV1().RESTClient().(*rest.RESTClient); ok && rc != nil && rc.Client != nil {
+		// The clientset's base URL: its core client's, without /api/v1.
+		u := rc.Get().URL()
+		u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/api/v1")
+		u.RawQuery = ""
+		config, hc = &rest.Config{Host: u.String(), UserAgent: rest.DefaultKubernetesUserAgent()}, rc.Client
+	}
+	return newFactory(db, client, config, hc, nil, opts)
+}
+
+// NewSharedInformerFactory is informers.NewSharedInformerFactory on db:
+// a factory whose informers list and watch through client, with handlers
+// resynced every defaultResync (0: never). A program written for
+// client-go's factory switches with this one line; f.Core().V1().Pods()
+// and the rest of the generated tree then build persistent informers.
+//
+// Like client-go's, it returns no error: when the factory cannot be built
+// (a nil DB, the cluster identity not established: see
+// NewFactoryForClient and ClusterIdentity), it logs why and every
+// informer is client-go's own, in memory (PersistentInformer returns the
+// reason). Use NewFactoryForClient for the error and for options.
+func NewSharedInformerFactory(db *DB, client kubernetes.Interface, defaultResync time.Duration) *Factory {
+	f, err := NewFactoryForClient(db, client, &FactoryOptions{ResyncPeriod: defaultResync})
+	if err == nil {
+		return f
+	}
+	logger := klog.Background()
+	if db != nil {
+		logger = db.logger
+	}
+	logger.Error(err, "Informers are client-go's, in memory: they are not persisted")
+	return &Factory{db: db, logger: logger, client: client, opts: FactoryOptions{ResyncPeriod: defaultResync},
+		memoryOnly: fmt.Errorf("%w: %w", ErrNotPersistent, err), byType: map[reflect.Type]*factoryEntry{},
+		byName: map[string]*factoryEntry{}, matched: map[*keyringEntry]bool{}}
+}
+
+// newFactory builds a factory over client. config and hc, when set, are
+// the REST transport for the dynamic and metadata clients; endpoint is the
+// caller's rest.Config (NewFactory), for IdentityEndpoint.
+func newFactory(db *DB, client kubernetes.Interface, config *rest.Config, hc *http.Client, endpoint *rest.Config, opts *FactoryOptions) (*Factory, error) {
+	if db == nil {
+		return nil, errors.New("boltinformer: factory: nil DB")
+	}
 	o := FactoryOptions{}
 	if opts != nil {
 		o = *opts
@@ -131,23 +282,31 @@ func NewFactory(db *DB, config *rest.Config, opts *FactoryOptions) (*Factory, er
 	if err != nil {
 		return nil, err
 	}
-	dc, err := dynamic.NewForConfig(config)
-	if err != nil {
-		return nil, fmt.Errorf("boltinformer: factory: %w", err)
+	f := &Factory{db: db, logger: db.logger, opts: o, keyrings: keyrings, scopes: scopes, client: client,
+		byType: map[reflect.Type]*factoryEntry{}, byName: map[string]*factoryEntry{}, matched: map[*keyringEntry]bool{}}
+	if config != nil {
+		if f.dynamic, err = dynamic.NewForConfigAndClient(config, hc); err != nil {
+			return nil, fmt.Errorf("boltinformer: factory: %w", err)
+		}
+		if f.meta, err = metadata.NewForConfigAndClient(config, hc); err != nil {
+			return nil, fmt.Errorf("boltinformer: factory: %w", err)
+		}
 	}
-	mc, err := metadata.NewForConfig(config)
-	if err != nil {
-		return nil, fmt.Errorf("boltinformer: factory: %w", err)
-	}
-	f := &Factory{db: db, config: rest.CopyConfig(config), opts: o, keyrings: keyrings, scopes: scopes, dynamic: dc, meta: mc,
-		informers: map[string]*Informer{}, started: map[string]bool{}, matched: map[*keyringEntry]bool{}}
 	switch {
+	case config == nil:
+		// No REST transport (the fake clientset): never resumed.
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		f.cluster = "unresumable:" + hex.EncodeToString(b[:])
+		f.logger.Info("The client has no REST transport (a fake clientset?): informers persist to the file, but every factory over such a client starts cold", "client", fmt.Sprintf("%T", client))
 	case o.ClusterID != "":
 		f.cluster = o.ClusterID
 	case o.Identity == IdentityNamespaceUID:
 		f.cluster, err = f.lookupClusterID()
+	case o.Identity == IdentityEndpoint && endpoint == nil:
+		err = errors.New("boltinformer: factory: Identity IdentityEndpoint needs the rest.Config (NewFactory); set ClusterID, or use IdentityNamespaceUID")
 	case o.Identity == IdentityEndpoint:
-		f.cluster, err = EndpointIdentity(config)
+		f.cluster, err = EndpointIdentity(endpoint)
 	default:
 		err = fmt.Errorf("boltinformer: factory: unknown Identity %v", o.Identity)
 	}
@@ -157,225 +316,36 @@ func NewFactory(db *DB, config *rest.Config, opts *FactoryOptions) (*Factory, er
 	return f, nil
 }
 
+// ErrNotPersistent is wrapped by PersistentInformer's error when the
+// factory keeps the informer in memory (client-go's own), with the reason.
+var ErrNotPersistent = errors.New("boltinformer: the informer is in memory, not persisted")
+
 // ClusterID returns the cluster identity the factory's informers use: ""
 // when the server could not be reached to look it up (an offline start,
 // IdentityNamespaceUID), whose informers resume their files unchecked.
 func (f *Factory) ClusterID() string { return f.cluster }
 
-func (f *Factory) restClient(gv schema.GroupVersion) (*rest.RESTClient, error) {
-	cfg := rest.CopyConfig(f.config)
-	cfg.GroupVersion = &gv
-	cfg.APIPath = "/apis"
-	if gv.Group == "" {
-		cfg.APIPath = "/api"
-	}
-	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
-	return rest.RESTClientFor(cfg)
-}
-
-// metadataLister lists gvr's metadata with its scope's namespace and
-// list options: what a warm start diffs against its cache to know when it
-// is fresh.
-func (f *Factory) metadataLister(gvr schema.GroupVersionResource) MetadataLister {
-	sc := f.scope(gvr.GroupResource())
-	ri := f.meta.Resource(gvr).Namespace(sc.Namespace)
-	return MetadataListerFunc(func(ctx context.Context, o metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
-		sc.tweak(&o)
-		return ri.List(ctx, o)
+// lookupClusterID reads the kube-system namespace's UID through the
+// factory's client (see lookupNamespaceUID).
+func (f *Factory) lookupClusterID() (string, error) {
+	return lookupNamespaceUID(f.logger, f.opts.LookupTimeout, func(ctx context.Context) (*corev1.Namespace, error) {
+		return f.client.CoreV1().Namespaces().Get(ctx, metav1.NamespaceSystem, metav1.GetOptions{})
 	})
 }
 
-// exactGetter reads one object as it was at an exact resourceVersion with
-// its scope's list options: a LIST in its namespace with a metadata.name
-// field selector (and the scope's) and resourceVersionMatch=Exact.
-func (f *Factory) exactGetter(gr schema.GroupResource, list func(ctx context.Context, namespace string, o metav1.ListOptions) (runtime.Object, error)) ObjectGetter {
-	sc := f.scope(gr)
-	return ObjectGetterFunc(func(ctx context.Context, namespace, name, rv string) (runtime.Object, error) {
-		var o metav1.ListOptions
-		sc.tweak(&o)
-		sel := fields.OneTermEqualSelector("metadata.name", name).String()
-		if o.FieldSelector != "" {
-			sel = o.FieldSelector + "," + sel
-		}
-		o.FieldSelector, o.ResourceVersion, o.ResourceVersionMatch = sel, rv, metav1.ResourceVersionMatchExact
-		o.Limit, o.Continue = 0, ""
-		l, err := list(ctx, namespace, o)
-		if err != nil {
-			return nil, err
-		}
-		items, err := meta.ExtractList(l)
-		if err != nil {
-			return nil, fmt.Errorf("boltinformer: exact read of %s %s/%s: %w", gr, namespace, name, err)
-		}
-		if len(items) != 1 {
-			return nil, apierrors.NewNotFound(gr, name)
-		}
-		return items[0], nil
-	})
-}
-
-// informerOptionsLocked returns the options of gvr's informer: the factory's
-// defaults, its identity, and the keyring of the Keyrings entry that
-// names gvr's resource, if any (parseKeyrings left at most one keyring per
-// resource). The caller holds mu.
-func (f *Factory) informerOptionsLocked(gvr schema.GroupVersionResource) *InformerOptions {
-	io := f.opts.Informer
-	io.ClusterID = f.cluster
-	io.Resource = gvr.String()
-	sc := f.scope(gvr.GroupResource())
-	var lo metav1.ListOptions
-	sc.tweak(&lo)
-	io.ListOptions = ListOptionsFingerprint(sc.Namespace, lo)
-	io.Metadata = f.metadataLister(gvr)
-	for _, e := range f.keyrings {
-		if e.matches(gvr.GroupResource()) {
-			io.Keyring = e.keyring
-			f.matched[e] = true
-		}
-	}
-	return &io
-}
-
-var defaultIndexers = cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
-
-// InformerFor returns the shared informer for a typed built-in object (e.g.
-// &corev1.Pod{}), creating it on first use. resource is the plural
-// resource name; "" guesses it from the kind. Nil indexers means the
-// namespace index.
-func (f *Factory) InformerFor(example runtime.Object, resource string, indexers cache.Indexers) (*Informer, error) {
-	gvks, _, err := scheme.Scheme.ObjectKinds(example)
-	if err != nil || len(gvks) == 0 {
-		return nil, fmt.Errorf("boltinformer: factory: %T is not a registered built-in type: %w", example, err)
-	}
-	gvk := gvks[0]
-	if resource == "" {
-		plural, _ := meta.UnsafeGuessKindToResource(gvk)
-		resource = plural.Resource
-	}
-	gvr := gvk.GroupVersion().WithResource(resource)
-	name := gvr.GroupVersion().String() + "/" + resource
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if inf := f.informers[name]; inf != nil {
-		return inf, nil
-	}
-	rc, err := f.restClient(gvk.GroupVersion())
-	if err != nil {
-		return nil, fmt.Errorf("boltinformer: factory: %w", err)
-	}
-	sc := f.scope(gvr.GroupResource())
-	lw := cache.ToListWatcherWithWatchListSemantics(cache.NewFilteredListWatchFromClient(rc, resource, sc.Namespace, sc.tweak), rc)
-	if indexers == nil {
-		indexers = defaultIndexers
-	}
-	io := f.informerOptionsLocked(gvr)
-	io.Getter = f.exactGetter(gvr.GroupResource(), func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-		return rc.Get().Namespace(ns).Resource(resource).VersionedParams(&o, scheme.ParameterCodec).Do(ctx).Get()
-	})
-	inf, err := f.db.NewInformer(name, lw, example, f.opts.ResyncPeriod, indexers, io)
-	if err != nil {
-		return nil, err
-	}
-	f.informers[name] = inf
-	return inf, nil
-}
-
-// ForResource returns the shared dynamic informer of a resource (e.g. a
-// CRD), whose objects are *unstructured.Unstructured.
-func (f *Factory) ForResource(gvr schema.GroupVersionResource, indexers cache.Indexers) (*Informer, error) {
-	name := "dynamic/" + gvr.GroupVersion().String() + "/" + gvr.Resource
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if inf := f.informers[name]; inf != nil {
-		return inf, nil
-	}
-	sc := f.scope(gvr.GroupResource())
-	ri := f.dynamic.Resource(gvr).Namespace(sc.Namespace)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			sc.tweak(&o)
-			return ri.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			sc.tweak(&o)
-			return ri.Watch(ctx, o)
-		},
-	}
-	if indexers == nil {
-		indexers = defaultIndexers
-	}
-	io := f.informerOptionsLocked(gvr)
-	io.Getter = f.exactGetter(gvr.GroupResource(), func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-		return f.dynamic.Resource(gvr).Namespace(ns).List(ctx, o)
-	})
-	inf, err := f.db.NewInformer(name, cache.ToListWatcherWithWatchListSemantics(lw, f.dynamic), &unstructured.Unstructured{}, f.opts.ResyncPeriod, indexers, io)
-	if err != nil {
-		return nil, err
-	}
-	f.informers[name] = inf
-	return inf, nil
-}
-
-// Start runs every informer not yet started, until ctx is done. It does
-// not block; Shutdown waits for them.
-func (f *Factory) Start(ctx context.Context) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, e := range f.keyrings {
-		if !f.matched[e] {
-			f.db.logger.Info("Warning: a Keyrings entry matches none of the factory's informers (yet); check its spelling", "entry", e.entry)
-		}
-	}
-	for name, inf := range f.informers {
-		if f.started[name] {
-			continue
-		}
-		f.started[name] = true
-		f.wg.Add(1)
-		go func() {
-			defer f.wg.Done()
-			inf.RunWithContext(ctx)
-		}()
-	}
-}
-
-// WaitForCacheSync waits until every started informer has synced or ctx
-// is done, and reports each one's state by name.
-func (f *Factory) WaitForCacheSync(ctx context.Context) map[string]bool {
-	f.mu.Lock()
-	infs := map[string]*Informer{}
-	for name, inf := range f.informers {
-		if f.started[name] {
-			infs[name] = inf
-		}
-	}
-	f.mu.Unlock()
-	out := map[string]bool{}
-	names := make([]string, 0, len(infs))
-	for n := range infs {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		out[n] = cache.WaitForCacheSync(ctx.Done(), infs[n].HasSynced)
-	}
-	return out
-}
-
-// Informers returns the factory's informers by name.
+// Informers returns the factory's persistent informers by name.
 func (f *Factory) Informers() map[string]*Informer {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make(map[string]*Informer, len(f.informers))
-	for k, v := range f.informers {
-		out[k] = v
+	out := make(map[string]*Informer, len(f.byName))
+	for k, e := range f.byName {
+		out[k] = e.persistent
 	}
 	return out
 }
 
-// Shutdown waits for every started informer to return (cancel the context
-// given to Start first). The DB stays open: Close it after.
-func (f *Factory) Shutdown() { f.wg.Wait() }
+// fileName is gvr written as the factory names files:
+// "v1/pods", "apps/v1/deployments".
+func fileName(gvr schema.GroupVersionResource) string {
+	return gvr.GroupVersion().String() + "/" + gvr.Resource
+}

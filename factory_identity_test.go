@@ -117,7 +117,7 @@ func TestRegressionClusterIDAnswerIsNotOffline(t *testing.T) {
 			defer db.Close()
 			f, err := boltinformer.NewFactory(db, &rest.Config{Host: srv.URL}, &boltinformer.FactoryOptions{LookupTimeout: 300 * time.Millisecond})
 			if err == nil {
-				inf, ierr := f.InformerFor(&corev1.Pod{}, "pods", nil)
+				inf, ierr := f.PersistentInformer(&corev1.Pod{})
 				if ierr == nil && inf.Decision().Warm {
 					t.Fatalf("a %d answer was taken for offline: cluster %q, the file of another cluster resumed (%+v)", code, f.ClusterID(), inf.Decision())
 				}
@@ -284,7 +284,7 @@ func TestFactoryConnectionErrorIsOffline(t *testing.T) {
 			if f.ClusterID() != "" {
 				t.Fatalf("cluster %q offline", f.ClusterID())
 			}
-			inf, err := f.InformerFor(&corev1.Pod{}, "pods", nil)
+			inf, err := f.PersistentInformer(&corev1.Pod{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -363,7 +363,7 @@ func TestFactoryEndpointIdentity(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		inf, err := f.InformerFor(&corev1.Pod{}, "pods", nil)
+		inf, err := f.PersistentInformer(&corev1.Pod{})
 		if err != nil {
 			t.Fatal(err)
 		}

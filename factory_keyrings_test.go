@@ -97,7 +97,7 @@ func TestRegressionKeyringsByResourceName(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			inf, err := f.InformerFor(&corev1.Secret{}, "", nil)
+			inf, err := f.PersistentInformer(&corev1.Secret{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,7 +109,7 @@ func TestRegressionKeyringsByResourceName(t *testing.T) {
 			}
 			checkSealed(t, db, inf.Name(), "k1", 2)
 			// Other resources stay plaintext.
-			cms, err := f.InformerFor(&corev1.ConfigMap{}, "", nil)
+			cms, err := f.PersistentInformer(&corev1.ConfigMap{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -136,9 +136,9 @@ func TestRegressionKeyringsByResourceName(t *testing.T) {
 			}
 			var inf *boltinformer.Informer
 			if c.gvr.Group == "apps" {
-				inf, err = f.InformerFor(&appsv1.Deployment{}, "", nil)
+				inf, err = f.PersistentInformer(&appsv1.Deployment{})
 			} else {
-				inf, err = f.ForResource(c.gvr, nil)
+				inf, err = f.DynamicInformer(c.gvr, nil)
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -146,7 +146,7 @@ func TestRegressionKeyringsByResourceName(t *testing.T) {
 			if !inf.Indexer().Codec().Encrypted() {
 				t.Fatalf("Keyrings[%q] does not encrypt %s", c.entry, c.gvr)
 			}
-			other, err := f.ForResource(schema.GroupVersionResource{Group: "other.example.com", Version: "v1", Resource: "widgets"}, nil)
+			other, err := f.DynamicInformer(schema.GroupVersionResource{Group: "other.example.com", Version: "v1", Resource: "widgets"}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -160,7 +160,7 @@ func TestRegressionKeyringsByResourceName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dyn, err := f.ForResource(corev1.SchemeGroupVersion.WithResource("secrets"), nil)
+	dyn, err := f.DynamicInformer(corev1.SchemeGroupVersion.WithResource("secrets"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

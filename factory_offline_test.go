@@ -9,11 +9,13 @@ import (
 	"context"
 	"net"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
@@ -79,18 +81,18 @@ func TestFactoryOfflineRestart(t *testing.T) {
 	if f.ClusterID() != "" {
 		t.Fatalf("cluster %q looked up from an unreachable server", f.ClusterID())
 	}
-	inf, err := f.InformerFor(&corev1.Pod{}, "", nil)
+	inf, err := f.PersistentInformer(&corev1.Pod{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, err := f.InformerFor(&corev1.Pod{}, "pods", nil); err != nil || again != inf {
-		t.Fatalf("InformerFor again: %p, %v; want the same informer %p", again, err, inf)
+	if again, err := f.PersistentInformer(&corev1.Pod{}); err != nil || again != inf {
+		t.Fatalf("PersistentInformer again: %p, %v; want the same informer %p", again, err, inf)
 	}
 	if inf.Name() != "v1/pods" || !inf.Decision().Warm {
 		t.Fatalf("informer %q, decision %+v: want a warm v1/pods", inf.Name(), inf.Decision())
 	}
 	checkLister(t, corev1listersFor(inf), src.Objects())
-	dyn, err := f.ForResource(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}, nil)
+	dyn, err := f.DynamicInformer(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +101,7 @@ func TestFactoryOfflineRestart(t *testing.T) {
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	f.Start(ctx)
+	f.StartWithContext(ctx)
 	rec := newEvRecorder("agent")
 	if _, err := inf.AddEventHandler(rec); err != nil {
 		t.Fatal(err)
@@ -107,10 +109,10 @@ func TestFactoryOfflineRestart(t *testing.T) {
 	waitFor(t, "the pods informer to sync from disk", inf.HasSynced)
 	waitFor(t, "the cached pods to reach the handler", func() bool { return rec.len() == 6 })
 	syncCtx, syncCancel := context.WithTimeout(ctx, time.Second)
-	synced := f.WaitForCacheSync(syncCtx)
+	synced := f.WaitForCacheSyncWithContext(syncCtx)
 	syncCancel()
-	if !synced["v1/pods"] || synced["dynamic/example.com/v1/widgets"] {
-		t.Fatalf("WaitForCacheSync %v: want the warm pods synced and the cold widgets not", synced)
+	if !synced.Synced[reflect.TypeOf(&corev1.Pod{})] || synced.Synced[reflect.TypeOf(&unstructured.Unstructured{})] || synced.Err == nil {
+		t.Fatalf("WaitForCacheSync %+v: want the warm pods synced and the cold widgets not", synced)
 	}
 	cancel()
 	f.Shutdown()

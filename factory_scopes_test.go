@@ -53,24 +53,24 @@ func TestFactoryScopes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	podInf, err := f.InformerFor(&corev1.Pod{}, "", nil)
+	podInf, err := f.PersistentInformer(&corev1.Pod{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmInf, err := f.InformerFor(&corev1.ConfigMap{}, "", nil)
+	cmInf, err := f.PersistentInformer(&corev1.ConfigMap{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a bound against a hang
 	defer cancel()
-	f.Start(ctx)
+	f.StartWithContext(ctx)
 	defer func() {
 		cancel()
 		f.Shutdown()
 	}()
-	for name, ok := range f.WaitForCacheSync(ctx) {
+	for name, ok := range f.WaitForCacheSync(ctx.Done()) {
 		if !ok {
-			t.Fatalf("%s did not sync", name)
+			t.Fatalf("%v did not sync", name)
 		}
 	}
 	want := 0

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 )
 
 // ClusterIdentity selects how NewFactory identifies the cluster whose
@@ -109,23 +110,21 @@ func EndpointIdentity(config *rest.Config) (string, error) {
 	return endpointPrefix + hex.EncodeToString(sum[:16]), nil
 }
 
-// lookupClusterID reads the kube-system namespace's UID. It returns "" and
-// no error when the server cannot be reached (offline); an answer of the
-// server that is not the namespace is an error wrapping
+// lookupNamespaceUID reads the kube-system namespace's UID with get. It
+// returns "" and no error when the server cannot be reached (offline); an
+// answer of the server that is not the namespace is an error wrapping
 // ErrClusterIdentity. Answers that may pass (429 and 5xx) are retried
-// until LookupTimeout.
-func (f *Factory) lookupClusterID() (string, error) {
-	rc, err := f.restClient(corev1.SchemeGroupVersion)
-	if err != nil {
-		return "", fmt.Errorf("boltinformer: factory: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.opts.LookupTimeout)
+// until timeout.
+func lookupNamespaceUID(logger klog.Logger, timeout time.Duration, get func(context.Context) (*corev1.Namespace, error)) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	wait := 100 * time.Millisecond
 	var answered error // the last answer to retry, once the server has answered
 	for {
-		var ns corev1.Namespace
-		err := rc.Get().Resource("namespaces").Name(metav1.NamespaceSystem).Do(ctx).Into(&ns)
+		ns, err := get(ctx)
+		if err == nil && ns == nil {
+			ns = &corev1.Namespace{}
+		}
 		switch {
 		case err == nil && ns.UID == "":
 			return "", fmt.Errorf("%w: namespace %s has no UID", ErrClusterIdentity, metav1.NamespaceSystem)
@@ -136,7 +135,7 @@ func (f *Factory) lookupClusterID() (string, error) {
 			// server was there a moment ago.
 			return "", identityError(answered)
 		case isOffline(err):
-			f.db.logger.Info("Server unreachable: the cluster identity is not checked for this start (an offline agent trusts its file)", "err", err)
+			logger.Info("Server unreachable: the cluster identity is not checked for this start (an offline agent trusts its file)", "err", err)
 			return "", nil
 		case transientStatus(err):
 			answered = err

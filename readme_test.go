@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -32,9 +31,9 @@ func runNodeAgent(ctx context.Context, restConfig *rest.Config, node string, han
 	if err != nil {
 		return err
 	}
-	defer db.Close() // runs after f.Shutdown: flushes and closes the file
+	defer db.Close() // runs after factory.Shutdown: flushes and closes the file
 
-	f, err := boltinformer.NewFactory(db, restConfig, &boltinformer.FactoryOptions{
+	factory, err := boltinformer.NewFactory(db, restConfig, &boltinformer.FactoryOptions{
 		TweakListOptions: func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
 		},
@@ -42,20 +41,26 @@ func runNodeAgent(ctx context.Context, restConfig *rest.Config, node string, han
 	if err != nil {
 		return err
 	}
-	pods, err := f.InformerFor(&corev1.Pod{}, "pods", nil)
-	if err != nil {
+	// client-go's generated informers, persistent: the lister serves from
+	// disk at once.
+	pods := factory.Core().V1().Pods()
+	lister := pods.Lister()
+	if _, err := pods.Informer().AddEventHandler(handler); err != nil {
 		return err
 	}
-	lister := corev1listers.NewPodLister(pods.GetIndexer()) // serves from disk at once
-	if _, err := pods.AddEventHandler(handler); err != nil {
+	// Optional: fail rather than run in memory (and the *Informer, for
+	// Health, Flush, Observe).
+	if _, err := factory.PersistentInformer(&corev1.Pod{}); err != nil {
 		return err
 	}
 
-	f.Start(ctx)       // the informers run until ctx is done
-	defer f.Shutdown() // waits for them to stop
+	factory.Start(ctx.Done()) // the informers run until ctx is done
+	defer factory.Shutdown()  // waits for them to stop
 	// At once on a warm start: the file's objects are loaded.
-	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced) {
-		return ctx.Err()
+	for typ, synced := range factory.WaitForCacheSync(ctx.Done()) {
+		if !synced {
+			return fmt.Errorf("%v not synced: %w", typ, ctx.Err())
+		}
 	}
 	onNode, err := lister.List(labels.Everything())
 	if err != nil {

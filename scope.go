@@ -59,10 +59,23 @@ func parseScopes(m map[string]Scope) ([]*scopeEntry, error) {
 // scope returns the namespace and list options of gr's informers: those
 // of the Scopes entry naming it, else the factory's.
 func (f *Factory) scope(gr schema.GroupResource) *Scope {
+	if sc := f.scopeEntry(gr); sc != nil {
+		return sc
+	}
+	return f.defaultScope()
+}
+
+// scopeEntry returns the scope of the Scopes entry naming gr, or nil.
+func (f *Factory) scopeEntry(gr schema.GroupResource) *Scope {
 	for _, e := range f.scopes {
 		if e.matches(gr) {
 			return &e.scope
 		}
 	}
+	return nil
+}
+
+// defaultScope is the factory's Namespace and TweakListOptions.
+func (f *Factory) defaultScope() *Scope {
 	return &Scope{Namespace: f.opts.Namespace, TweakListOptions: f.opts.TweakListOptions}
 }

@@ -234,7 +234,7 @@ func run(ctx context.Context, c *config, stdout io.Writer) error {
 	klog.InfoS("Edge agent serving", "addr", l.Addr().String(), "node", c.node, "cache", c.cachePath)
 
 	runCtx, cancel := context.WithCancel(ctx)
-	f.Start(runCtx)
+	f.StartWithContext(runCtx)
 	defer func() {
 		cancel()
 		f.Shutdown() // before db.Close: the informers stop, then the file is flushed
@@ -323,7 +323,7 @@ func newAgentFromFactory(db *boltinformer.DB, rc *rest.Config, c *config, keyrin
 		return nil, nil, err
 	}
 	informer := func(example runtime.Object) (*boltinformer.Informer, error) {
-		inf, err := f.InformerFor(example, "", nil)
+		inf, err := f.PersistentInformer(example)
 		if err != nil {
 			return nil, err
 		}

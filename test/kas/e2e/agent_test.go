@@ -288,7 +288,7 @@ func newAgentOn(t *testing.T, cl *harness.Cluster, path string, fopts *boltinfor
 func (a *agent) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
-	a.factory.Start(ctx)
+	a.factory.StartWithContext(ctx)
 }
 
 // stop cancels the informers, waits for them and closes the file.
@@ -311,9 +311,9 @@ func (a *agent) waitSynced(timeout time.Duration) {
 	a.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	for name, ok := range a.factory.WaitForCacheSync(ctx) {
+	for typ, ok := range a.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
-			a.t.Fatalf("informer %s did not sync within %s", name, timeout)
+			a.t.Fatalf("informer of %v did not sync within %s", typ, timeout)
 		}
 	}
 }

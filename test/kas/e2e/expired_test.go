@@ -56,7 +56,7 @@ func TestTooOldResourceVersion(t *testing.T) {
 	fopts := &boltinformer.FactoryOptions{Namespace: ns, Informer: boltinformer.InformerOptions{PartialRelistRatio: -1}}
 
 	a1 := newAgent(t, path, fopts)
-	inf1, err := a1.factory.InformerFor(&corev1.Secret{}, "secrets", nil)
+	inf1, err := a1.factory.PersistentInformer(&corev1.Secret{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestTooOldResourceVersion(t *testing.T) {
 	listsBefore := apiserverLists(t, "secrets")
 	checkerListsBefore := c.rec.count("LIST", "secrets")
 	a2 := newAgent(t, path, fopts)
-	inf2, err := a2.factory.InformerFor(&corev1.Secret{}, "secrets", nil)
+	inf2, err := a2.factory.PersistentInformer(&corev1.Secret{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func churnFresh(ctx context.Context, cms v1.ConfigMapInterface, ns string, n, ge
 func freshStart(t *testing.T, cl *harness.Cluster, c *checker, path, ns string) (*agent, *boltinformer.Informer) {
 	t.Helper()
 	a := newAgentOn(t, cl, path, freshAgentOptions(ns))
-	inf, err := a.factory.InformerFor(&corev1.ConfigMap{}, "configmaps", nil)
+	inf, err := a.factory.PersistentInformer(&corev1.ConfigMap{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestFreshResume(t *testing.T) {
 	}
 	path := cachePath(t)
 	a := newAgent(t, path, freshAgentOptions(ns))
-	if _, err := a.factory.InformerFor(&corev1.ConfigMap{}, "configmaps", nil); err != nil {
+	if _, err := a.factory.PersistentInformer(&corev1.ConfigMap{}); err != nil {
 		t.Fatal(err)
 	}
 	a.start()
@@ -159,7 +159,7 @@ func TestFreshResume(t *testing.T) {
 		// LIST, not client-go's default WatchList).
 		clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
 		b := newAgent(t, filepath.Join(t.TempDir(), "cold.db"), freshAgentOptions(ns))
-		if _, err := b.factory.InformerFor(&corev1.ConfigMap{}, "configmaps", nil); err != nil {
+		if _, err := b.factory.PersistentInformer(&corev1.ConfigMap{}); err != nil {
 			t.Fatal(err)
 		}
 		b.start()
@@ -212,7 +212,7 @@ func TestFreshRestoredCluster(t *testing.T) {
 	}
 	path := cachePath(t)
 	a := newAgentOn(t, cl, path, freshAgentOptions(ns))
-	inf, err := a.factory.InformerFor(&corev1.ConfigMap{}, "configmaps", nil)
+	inf, err := a.factory.PersistentInformer(&corev1.ConfigMap{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestFreshRestoredCluster(t *testing.T) {
 	}
 	c = newCheckerOn(t, cl)
 	a2 := newAgentOn(t, cl, path, freshAgentOptions(ns))
-	inf2, err := a2.factory.InformerFor(&corev1.ConfigMap{}, "configmaps", nil)
+	inf2, err := a2.factory.PersistentInformer(&corev1.ConfigMap{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func TestRegressionKubeSystemForbiddenIsNotOffline(t *testing.T) {
 	if f.ClusterID() != want {
 		t.Fatalf("endpoint identity %q, the admin's %q", f.ClusterID(), want)
 	}
-	if _, err := f.InformerFor(&corev1.ConfigMap{}, "configmaps", nil); err != nil {
+	if _, err := f.PersistentInformer(&corev1.ConfigMap{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -83,7 +83,7 @@ func TestOfflineStart(t *testing.T) {
 	fopts := &boltinformer.FactoryOptions{Namespace: ns, LookupTimeout: time.Second}
 
 	a1 := newAgent(t, path, fopts)
-	inf1, err := a1.factory.InformerFor(&corev1.ConfigMap{}, "configmaps", nil)
+	inf1, err := a1.factory.PersistentInformer(&corev1.ConfigMap{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestOfflineStart(t *testing.T) {
 	if a2.factory.ClusterID() != "" {
 		t.Fatalf("cluster identity looked up with the apiserver down: %q", a2.factory.ClusterID())
 	}
-	inf2, err := a2.factory.InformerFor(&corev1.ConfigMap{}, "configmaps", nil)
+	inf2, err := a2.factory.PersistentInformer(&corev1.ConfigMap{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestAPIServerRestart(t *testing.T) {
 	serverList := func(ctx context.Context) (runtime.Object, error) { return cms.List(ctx, metav1.ListOptions{}) }
 
 	a := newAgent(t, cachePath(t), &boltinformer.FactoryOptions{Namespace: ns})
-	inf, err := a.factory.InformerFor(&corev1.ConfigMap{}, "configmaps", nil)
+	inf, err := a.factory.PersistentInformer(&corev1.ConfigMap{})
 	if err != nil {
 		t.Fatal(err)
 	}

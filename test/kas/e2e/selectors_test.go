@@ -78,7 +78,7 @@ func TestPodsOnNode(t *testing.T) {
 	}
 	path := cachePath(t)
 	a1 := newAgent(t, path, fopts)
-	inf1, err := a1.factory.InformerFor(&corev1.Pod{}, "pods", nil)
+	inf1, err := a1.factory.PersistentInformer(&corev1.Pod{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestPodsOnNode(t *testing.T) {
 	}
 
 	a2 := newAgent(t, path, fopts)
-	inf2, err := a2.factory.InformerFor(&corev1.Pod{}, "pods", nil)
+	inf2, err := a2.factory.PersistentInformer(&corev1.Pod{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestPodsOnNode(t *testing.T) {
 		Namespace:        ns,
 		TweakListOptions: func(o *metav1.ListOptions) { o.FieldSelector = "spec.nodeName=node-2" },
 	})
-	inf3, err := a3.factory.InformerFor(&corev1.Pod{}, "pods", nil)
+	inf3, err := a3.factory.PersistentInformer(&corev1.Pod{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestCustomResource(t *testing.T) {
 	fopts := &boltinformer.FactoryOptions{Namespace: ns}
 
 	a1 := newAgent(t, path, fopts)
-	inf1, err := a1.factory.ForResource(gvr, nil)
+	inf1, err := a1.factory.DynamicInformer(gvr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestCustomResource(t *testing.T) {
 	}
 
 	a2 := newAgent(t, path, fopts)
-	inf2, err := a2.factory.ForResource(gvr, nil)
+	inf2, err := a2.factory.DynamicInformer(gvr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

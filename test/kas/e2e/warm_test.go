@@ -51,7 +51,7 @@ func TestWarmRestart(t *testing.T) {
 
 	// Cold start.
 	a1 := newAgent(t, path, fopts)
-	inf1, err := a1.factory.InformerFor(&corev1.ConfigMap{}, "configmaps", nil)
+	inf1, err := a1.factory.PersistentInformer(&corev1.ConfigMap{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestWarmRestart(t *testing.T) {
 	a2 := newAgent(t, path, fopts)
 	held, release := a2.rec.holdRequests("configmaps")
 	defer release()
-	inf2, err := a2.factory.InformerFor(&corev1.ConfigMap{}, "configmaps", nil)
+	inf2, err := a2.factory.PersistentInformer(&corev1.ConfigMap{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -124,13 +124,13 @@ func startFreshAgent(c *harness.Cluster, ns, path string, m *meter, partialRatio
 		_ = db.Close()
 		return nil, err
 	}
-	inf, err := f.InformerFor(&corev1.Pod{}, "pods", nil)
+	inf, err := f.PersistentInformer(&corev1.Pod{})
 	if err != nil {
 		_ = db.Close()
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f.Start(ctx)
+	f.StartWithContext(ctx)
 	return &freshAgent{db: db, f: f, inf: inf, tr: tr, cancel: cancel}, nil
 }
 

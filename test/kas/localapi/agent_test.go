@@ -62,10 +62,10 @@ func agent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := f.InformerFor(&corev1.Pod{}, "pods", nil); err != nil {
+	if _, err := f.PersistentInformer(&corev1.Pod{}); err != nil {
 		return err
 	}
-	if _, err := f.InformerFor(&corev1.ConfigMap{}, "configmaps", nil); err != nil {
+	if _, err := f.PersistentInformer(&corev1.ConfigMap{}); err != nil {
 		return err
 	}
 	var window int
@@ -93,7 +93,7 @@ func agent(ctx context.Context) error {
 		return err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	f.Start(runCtx)
+	f.StartWithContext(runCtx)
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- h.Serve(ctx, l) }()
 	fmt.Println("READY " + kc)
