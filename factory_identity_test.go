@@ -466,12 +466,12 @@ func TestRegressionOfflineColdStartFileNotResumedElsewhere(t *testing.T) {
 	if f.ClusterID() != "" {
 		t.Fatalf("cluster %q: want an offline start", f.ClusterID())
 	}
-	inf, err := f.InformerFor(&corev1.Pod{}, "pods", nil)
+	inf, err := f.PersistentInformer(&corev1.Pod{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f.Start(ctx)
+	f.StartWithContext(ctx)
 	waitFor(t, "the list of cluster A", inf.HasSynced)
 	if err := inf.Flush(context.Background()); err != nil {
 		t.Fatal(err)
@@ -497,7 +497,7 @@ func TestRegressionOfflineColdStartFileNotResumedElsewhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inf, err = f.InformerFor(&corev1.Pod{}, "pods", nil)
+	inf, err = f.PersistentInformer(&corev1.Pod{})
 	if err != nil {
 		t.Fatal(err)
 	}
