@@ -166,3 +166,41 @@ func TestListenLocalTokenAndKubeconfig(t *testing.T) {
 		t.Fatalf("through the kubeconfig: %v, %d pods", err, len(pods.Items))
 	}
 }
+
+// TestRegressionTornCertPairRegenerated: a crash between the two renames
+// that write a generated certificate and its key leaves a pair that does
+// not match; the next start generates a new pair instead of failing with
+// ErrToken until someone deletes the files. A pair that is not ours and
+// does not match is still ErrToken.
+func TestRegressionTornCertPairRegenerated(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	cert := func(d string) string { return filepath.Join(d, "tls.crt") }
+	key := func(d string) string { return filepath.Join(d, "tls.key") }
+	for _, d := range []string{a, b} {
+		if _, err := localapi.LoadOrCreateCert(cert(d), key(d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other, err := os.ReadFile(key(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(key(a), other, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := localapi.LoadOrCreateCert(cert(a), key(a))
+	if err != nil {
+		t.Fatalf("a torn generated pair: %v", err)
+	}
+	if _, err := localapi.LoadOrCreateCert(cert(a), key(a)); err != nil || c.TLS.Leaf == nil {
+		t.Fatalf("the regenerated pair does not load: %v", err)
+	}
+	// Someone else's certificate with our key: not ours to replace.
+	foreign := []byte("-----BEGIN CERTIFICATE-----\nMIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA\n-----END CERTIFICATE-----\n")
+	if err := os.WriteFile(cert(b), foreign, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := localapi.LoadOrCreateCert(cert(b), key(b)); !errors.Is(err, localapi.ErrToken) {
+		t.Fatalf("a foreign pair that does not match: %v, want ErrToken", err)
+	}
+}

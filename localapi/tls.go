@@ -16,6 +16,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/boltinformer/boltinformer/internal/safefile"
 )
 
 // Cert is the serving certificate of a loopback listener: self-signed for
@@ -32,15 +34,16 @@ type Cert struct {
 const certLifetime = 10 * 365 * 24 * time.Hour
 
 // LoadOrCreateCert returns the certificate in certFile and keyFile,
-// creating both (the key with mode 0600) when either is missing or the
-// certificate has expired. A key file that others may read, or files that
-// do not match, are ErrToken.
+// creating both (the key with mode 0600) when either is missing, the
+// certificate has expired, or a pair this package generated does not
+// match (a crash between the two renames that write it). A key file that
+// others may read, or another pair that does not match, are ErrToken.
 func LoadOrCreateCert(certFile, keyFile string) (*Cert, error) {
 	c, err := loadCert(certFile, keyFile)
 	if err == nil {
 		return c, nil
 	}
-	if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, errExpired) {
+	if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, errExpired) && !errors.Is(err, errTornPair) {
 		return nil, err
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -54,7 +57,7 @@ func LoadOrCreateCert(certFile, keyFile string) (*Cert, error) {
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "boltinformer local API"},
+		Subject:               pkix.Name{CommonName: certCommonName},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(certLifetime),
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
@@ -85,6 +88,12 @@ func LoadOrCreateCert(certFile, keyFile string) (*Cert, error) {
 
 var errExpired = errors.New("localapi: certificate expired")
 
+// errTornPair is a generated certificate whose key file holds another key.
+var errTornPair = errors.New("localapi: generated certificate and key do not match")
+
+// certCommonName names the certificates LoadOrCreateCert generates.
+const certCommonName = "boltinformer local API"
+
 func loadCert(certFile, keyFile string) (*Cert, error) {
 	st, err := os.Lstat(keyFile)
 	if err != nil {
@@ -103,6 +112,11 @@ func loadCert(certFile, keyFile string) (*Cert, error) {
 	}
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
+		if b, _ := pem.Decode(certPEM); b != nil {
+			if c, cerr := x509.ParseCertificate(b.Bytes); cerr == nil && c.Subject.CommonName == certCommonName {
+				return nil, fmt.Errorf("%w: %s and %s: %v", errTornPair, certFile, keyFile, err)
+			}
+		}
 		return nil, fmt.Errorf("%w: %s and %s: %v", ErrToken, certFile, keyFile, err)
 	}
 	leaf, err := x509.ParseCertificate(pair.Certificate[0])
@@ -130,6 +144,10 @@ func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
 		return fmt.Errorf("localapi: write %s: %w", path, err)
 	}
 	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("localapi: write %s: %w", path, err)
+	}
+	// The rename is durable only once the directory is synced.
+	if err := safefile.SyncDir(filepath.Dir(path)); err != nil {
 		return fmt.Errorf("localapi: write %s: %w", path, err)
 	}
 	return nil
