@@ -165,8 +165,14 @@ func (db *DB) Healthy() error {
 			errs = append(errs, fmt.Errorf("%w: informer %q has not synced", ErrUnhealthy, h.Informer))
 		}
 		if h.IndexErrorObjects > 0 {
-			errs = append(errs, fmt.Errorf("%w: informer %q: %d objects stored without some index values (index functions failed): %s",
-				ErrUnhealthy, h.Informer, h.IndexErrorObjects, h.ApplyError))
+			why := ""
+			if h.ApplyError != "" {
+				// After a restart the warm load's check finds them again,
+				// with no watch batch's error to quote.
+				why = ": " + h.ApplyError
+			}
+			errs = append(errs, fmt.Errorf("%w: informer %q: %d objects stored without some index values (index functions failed)%s",
+				ErrUnhealthy, h.Informer, h.IndexErrorObjects, why))
 		}
 		if h.NotPersisted > 0 {
 			errs = append(errs, fmt.Errorf("%w: informer %q holds %d object(s) it cannot persist, and commits nothing until they are gone: %s",

@@ -432,10 +432,9 @@ func (x *Indexer) noteIndexErrLocked(key string, err error) {
 }
 
 // IndexErrors returns the number of objects stored without the values of
-// some index because an index function failed on them, as of this Open:
-// the records do not say why an index has no value for an object, so a
-// reopened indexer counts from zero (the next write of such an object
-// runs the functions again).
+// some index because an index function failed on them: those applied
+// since this Open, and those the warm load's check of the loaded index
+// values found (it runs the current functions on every loaded object).
 func (x *Indexer) IndexErrors() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
