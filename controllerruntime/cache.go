@@ -98,6 +98,11 @@ type Cache struct {
 	cluster  string
 	freshFor time.Duration
 
+	// failed is closed, with failErr set, when the file fails an informer.
+	failOnce sync.Once
+	failed   chan struct{}
+	failErr  error
+
 	// mu guards informers. Lock order: mu before an Informer's mu.
 	mu        sync.Mutex
 	informers []*Informer // live: not removed
@@ -152,7 +157,8 @@ func New(db *boltinformer.DB, config *rest.Config, copts cache.Options, opts *Op
 	if err != nil {
 		return nil, fmt.Errorf("boltcr: metadata client: %w", err)
 	}
-	c := &Cache{db: db, opts: o, logger: logger, scheme: copts.Scheme, mapper: copts.Mapper, meta: mc, cluster: f.ClusterID()}
+	c := &Cache{db: db, opts: o, logger: logger, scheme: copts.Scheme, mapper: copts.Mapper, meta: mc, cluster: f.ClusterID(),
+		failed: make(chan struct{})}
 	switch {
 	case o.FreshTimeout == 0:
 		c.freshFor = DefaultFreshTimeout
@@ -207,12 +213,37 @@ func wrapTransforms(copts *cache.Options) {
 
 // Start runs the informers until ctx is done, and returns once every one
 // has stopped and db has committed what they applied.
+//
+// It returns an error, stopping the informers (and so the manager), when
+// the file fails an informer: boltinformer.DB.NewInformer's errors other
+// than a name in use (ErrEncryptionKey for a keyring that does not open
+// the file, ErrClosed, a read error). controller-runtime's NewInformer
+// cannot return one; that informer runs in memory until then.
 func (c *Cache) Start(ctx context.Context) error {
-	err := c.Cache.Start(ctx)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- c.Cache.Start(ctx) }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-c.failed:
+		cancel()
+		<-errc
+		err = c.failErr
+	}
 	if ferr := c.db.Flush(context.Background()); ferr != nil {
 		c.logger.Error(ferr, "Final flush of the cache file failed; the next start resumes from the last commit")
 	}
 	return err
+}
+
+// fail records the first error that fails the cache (Start returns it).
+func (c *Cache) fail(err error) {
+	c.failOnce.Do(func() {
+		c.failErr = err
+		close(c.failed)
+	})
 }
 
 // RemoveInformer removes the informers of obj's kind, as

@@ -210,6 +210,13 @@ func (s *Informer) buildLocked(transform toolscache.TransformFunc) {
 			s.inner, s.persistent = inf, inf
 			return
 		}
+		if !errors.Is(err, boltinformer.ErrInformerExists) {
+			// The file failed it (a keyring that does not open it, a
+			// closed DB, a read error): Start returns the error.
+			err = fmt.Errorf("boltcr: informer %s: %w", s.name, err)
+			logger.Error(err, "The cache file failed an informer; the cache stops")
+			c.fail(err)
+		}
 	}
 	s.reason = err.Error()
 	logger.Info("Warning: informer not persisted, kept in memory (client-go's informer: a restart lists it again)", "reason", s.reason)

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,6 +58,7 @@ func runChild(mode string) int {
 // once every one of the BENCH_N objects has been reconciled, and stops on
 // SIGTERM.
 func benchChild() error {
+	fmt.Printf("main %d\n", time.Now().UnixNano())
 	ctrl.SetLogger(logr.Discard())
 	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("BENCH_KUBECONFIG"))
 	if err != nil {
@@ -97,8 +99,13 @@ func benchChild() error {
 		if err := mgr.GetClient().Get(ctx, req.NamespacedName, o); client.IgnoreNotFound(err) != nil {
 			return reconcile.Result{}, err
 		}
-		if _, loaded := seen.LoadOrStore(req, true); !loaded && count.Add(1) == int64(n) {
-			close(all)
+		if _, loaded := seen.LoadOrStore(req, true); !loaded {
+			switch count.Add(1) {
+			case 1:
+				fmt.Printf("first %d\n", time.Now().UnixNano())
+			case int64(n):
+				close(all)
+			}
 		}
 		return reconcile.Result{}, nil
 	}))
@@ -107,6 +114,24 @@ func benchChild() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
+	// The informer exists before the manager starts (as with a field
+	// index), so WaitForCacheSync waits for it.
+	if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
+		return err
+	}
+	if path := os.Getenv("BENCH_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
+	}
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	if !mgr.GetCache().WaitForCacheSync(ctx) {
@@ -131,9 +156,11 @@ func benchChild() error {
 
 // benchRun is one start of the benchmark's operator.
 type benchRun struct {
-	Synced, Reconciled time.Duration // from the process's start
-	APIServerCPU       time.Duration // net of the apiserver's idle CPU
-	Traffic            traffic       // its requests through the proxy until reconciled
+	// From the process's start: main entered, caches synced, first and
+	// last object reconciled.
+	Main, Synced, First, Reconciled time.Duration
+	APIServerCPU                    time.Duration // net of the apiserver's idle CPU
+	Traffic                         traffic       // its requests through the proxy until reconciled
 }
 
 // runBenchChild starts the benchmark's operator, waits until every
@@ -143,6 +170,11 @@ func runBenchChild(t *testing.T, p *proxy, kc, kind, ns string, n int, cachePath
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=bench", "BENCH_KUBECONFIG="+kc, "BENCH_KIND="+kind, "BENCH_NS="+ns,
 		"BENCH_N="+strconv.Itoa(n), "BENCH_CACHE="+cachePath, "BENCH_POLICY="+policy)
+	if dir := os.Getenv("BOLTINFORMER_BENCH_CR_PROFILE"); dir != "" {
+		profiles.Add(1)
+		name := fmt.Sprintf("%s-%s-%d.pprof", kind, strings.NewReplacer("/", "_", ".", "_").Replace(filepath.Base(cachePath)+"-"+policy), profiles.Load())
+		cmd.Env = append(cmd.Env, "BENCH_CPUPROFILE="+filepath.Join(dir, name))
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -181,6 +213,10 @@ func runBenchChild(t *testing.T, p *proxy, kc, kind, ns string, n int, cachePath
 			switch {
 			case !ok:
 				t.Fatal("the benchmark's operator exited before reconciling every object")
+			case strings.HasPrefix(line, "main "):
+				r.Main = at(line, "main ")
+			case strings.HasPrefix(line, "first "):
+				r.First = at(line, "first ")
 			case strings.HasPrefix(line, "synced "):
 				r.Synced = at(line, "synced ")
 			case strings.HasPrefix(line, "reconciled "):
@@ -197,6 +233,13 @@ func runBenchChild(t *testing.T, p *proxy, kc, kind, ns string, n int, cachePath
 	}
 	r.APIServerCPU = max(0, cpu1-cpu0-time.Duration(idle*float64(time.Since(t0))))
 	r.Traffic = summarize(p.since(mark), "")
+	if testing.Verbose() {
+		for _, req := range p.since(mark) {
+			if req.Resource == kind {
+				t.Logf("  %s +%s", req, req.Start.Sub(t0).Round(time.Millisecond))
+			}
+		}
+	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	for range lines {
 	}
@@ -204,6 +247,37 @@ func runBenchChild(t *testing.T, p *proxy, kc, kind, ns string, n int, cachePath
 		t.Fatalf("the benchmark's operator: %v", err)
 	}
 	return r
+}
+
+// profiles numbers the CPU profiles of BOLTINFORMER_BENCH_CR_PROFILE.
+var profiles atomic.Int64
+
+// medianRun returns the median of each measure of rs.
+func medianRun(rs []benchRun) benchRun {
+	med := func(f func(benchRun) time.Duration) time.Duration {
+		v := make([]time.Duration, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	byReconciled := slices.Clone(rs)
+	slices.SortFunc(byReconciled, func(a, b benchRun) int { return int(a.Reconciled - b.Reconciled) })
+	m := byReconciled[len(rs)/2]
+	m.Main = med(func(r benchRun) time.Duration { return r.Main })
+	m.Synced = med(func(r benchRun) time.Duration { return r.Synced })
+	m.First = med(func(r benchRun) time.Duration { return r.First })
+	m.APIServerCPU = med(func(r benchRun) time.Duration { return r.APIServerCPU })
+	m.Traffic.Bytes = int64(med(func(r benchRun) time.Duration { return time.Duration(r.Traffic.Bytes) }))
+	return m
+}
+
+func logRun(t *testing.T, kind string, n int, name string, m benchRun) {
+	t.Helper()
+	t.Logf("%s %d %s: main %s, synced %s, first reconciled %s, all reconciled %s, apiserver CPU %s, %s read, %+v", kind, n, name,
+		m.Main.Round(time.Millisecond), m.Synced.Round(time.Millisecond), m.First.Round(time.Millisecond), m.Reconciled.Round(time.Millisecond),
+		m.APIServerCPU.Round(time.Millisecond), mib(m.Traffic.Bytes), m.Traffic)
 }
 
 // idleCPU returns the apiserver's CPU per second of wall time while
@@ -268,13 +342,13 @@ func benchPod(ns string, i int) *corev1.Pod {
 // the time from the operator process's start until its caches have synced
 // and until every object has been reconciled once, the apiserver's CPU
 // (net of idle) and the bytes it served (decoded), median of
-// BOLTINFORMER_BENCH_CR_RUNS runs (default 3). BOLTINFORMER_BENCH_LARGE=1
+// BOLTINFORMER_BENCH_CR_RUNS interleaved runs (default 5). BOLTINFORMER_BENCH_LARGE=1
 // adds 100k.
 func TestBenchmarkStartup(t *testing.T) {
 	if os.Getenv("BOLTINFORMER_BENCH_CR") == "" {
 		t.Skip("BOLTINFORMER_BENCH_CR=1 runs the controller-runtime startup benchmark")
 	}
-	runs := 3
+	runs := 5
 	if s := os.Getenv("BOLTINFORMER_BENCH_CR_RUNS"); s != "" {
 		var err error
 		if runs, err = strconv.Atoi(s); err != nil || runs < 1 {
@@ -292,32 +366,37 @@ func TestBenchmarkStartup(t *testing.T) {
 	var report strings.Builder
 	fmt.Fprintf(&report, "| objects | start | synced | all reconciled | apiserver CPU | bytes read | full LISTs / metadata LISTs | vs stock: time to reconciled | vs stock: CPU | vs stock: bytes |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, n := range sizes {
-		for _, kind := range []string{"configmaps", "pods"} {
+		kinds := []string{"configmaps", "pods"}
+		if s := os.Getenv("BOLTINFORMER_BENCH_CR_KINDS"); s != "" {
+			kinds = strings.Split(s, ",")
+		}
+		for _, kind := range kinds {
 			ns := newNamespace(t, cs, "bench-"+kind)
 			seedBench(t, cs, kind, ns, n)
 			idle := idleCPU(t)
 			path := filepath.Join(dir, fmt.Sprintf("%s-%d.db", kind, n))
-			median := func(name, cachePath, policy string, k int) benchRun {
-				var rs []benchRun
-				for range k {
-					rs = append(rs, runBenchChild(t, p, kc, kind, ns, n, cachePath, policy, idle))
-				}
-				pick := func(f func(benchRun) float64) benchRun {
-					s := slices.Clone(rs)
-					slices.SortFunc(s, func(a, b benchRun) int { return int(f(a) - f(b)) })
-					return s[len(s)/2]
-				}
-				m := pick(func(r benchRun) float64 { return float64(r.Reconciled) })
-				m.APIServerCPU = pick(func(r benchRun) float64 { return float64(r.APIServerCPU) }).APIServerCPU
-				m.Traffic.Bytes = pick(func(r benchRun) float64 { return float64(r.Traffic.Bytes) }).Traffic.Bytes
-				t.Logf("%s %d %s: synced %s, reconciled %s, apiserver CPU %s, %s read, %+v", kind, n, name,
-					m.Synced.Round(time.Millisecond), m.Reconciled.Round(time.Millisecond), m.APIServerCPU.Round(time.Millisecond), mib(m.Traffic.Bytes), m.Traffic)
-				return m
+			// The variants take turns, round after round, so that the
+			// machine's load (shared here) weighs on each alike; the
+			// cold start is first (it writes the file).
+			type variant struct {
+				name, cachePath, policy string
+				runs                    []benchRun
 			}
-			stock := median("stock controller-runtime", "", "", runs)
-			cold := median("boltcr cold", path, "fresh", 1)
-			fresh := median("boltcr warm (Fresh)", path, "fresh", runs)
-			disk := median("boltcr warm (disk load)", path, "diskload", runs)
+			vs := []*variant{{name: "stock controller-runtime"}, {name: "boltcr warm (Fresh)", cachePath: path, policy: "fresh"},
+				{name: "boltcr warm (disk load)", cachePath: path, policy: "diskload"}}
+			cold := runBenchChild(t, p, kc, kind, ns, n, path, "fresh", idle)
+			logRun(t, kind, n, "boltcr cold", cold)
+			for range runs {
+				for _, v := range vs {
+					r := runBenchChild(t, p, kc, kind, ns, n, v.cachePath, v.policy, idle)
+					logRun(t, kind, n, v.name, r)
+					v.runs = append(v.runs, r)
+				}
+			}
+			stock, fresh, disk := medianRun(vs[0].runs), medianRun(vs[1].runs), medianRun(vs[2].runs)
+			for _, v := range vs {
+				logRun(t, kind, n, v.name+" (median)", medianRun(v.runs))
+			}
 			for _, row := range []struct {
 				name string
 				r    benchRun
@@ -346,7 +425,7 @@ func TestBenchmarkStartup(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("controller-runtime startup, stock vs boltcr (median of %d runs):\n%s", runs, report.String())
+	t.Logf("controller-runtime startup, stock vs boltcr (median of %d interleaved runs):\n%s", runs, report.String())
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -37,7 +39,16 @@ type request struct {
 	Query    url.Values
 	Accept   string
 	Resource string // the path's last segment for lists and watches
+	Start    time.Time
 	bytes    atomic.Int64
+	headers  atomic.Int64 // ns after Start when the response's headers came
+	end      atomic.Int64 // ns after Start when its body ended
+}
+
+// Timing returns how long after its start r's response headers came and
+// its body ended (0: not yet).
+func (r *request) Timing() (headers, end time.Duration) {
+	return time.Duration(r.headers.Load()), time.Duration(r.end.Load())
 }
 
 // Bytes is the decoded size of the response body read so far.
@@ -79,7 +90,8 @@ func (r *request) String() string {
 	case r.List():
 		kind = "LIST"
 	}
-	return kind + " " + r.Path + "?" + r.Query.Encode()
+	h, e := r.Timing()
+	return fmt.Sprintf("%s %s?%s (headers %s, end %s, %d bytes)", kind, r.Path, r.Query.Encode(), h.Round(time.Millisecond), e.Round(time.Millisecond), r.Bytes())
 }
 
 // collectionResource returns the resource of a list or watch path
@@ -110,12 +122,15 @@ func collectionResource(path string) string {
 
 type countingBody struct {
 	io.ReadCloser
-	n *atomic.Int64
+	r *request
 }
 
 func (b *countingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	b.n.Add(int64(n))
+	b.r.bytes.Add(int64(n))
+	if err != nil {
+		b.r.end.CompareAndSwap(0, int64(time.Since(b.r.Start)))
+	}
 	return n, err
 }
 
@@ -138,7 +153,7 @@ func newProxy(t testing.TB) *proxy {
 			pr.SetURL(target)
 			pr.Out.Header.Del("Accept-Encoding") // the transport asks for gzip and decodes it
 			r := &request{Method: pr.In.Method, Path: pr.In.URL.Path, Query: pr.In.URL.Query(), Accept: pr.In.Header.Get("Accept"),
-				Resource: collectionResource(pr.In.URL.Path)}
+				Resource: collectionResource(pr.In.URL.Path), Start: time.Now()}
 			p.mu.Lock()
 			p.reqs = append(p.reqs, r)
 			p.mu.Unlock()
@@ -148,7 +163,8 @@ func newProxy(t testing.TB) *proxy {
 		FlushInterval: -1,
 		ModifyResponse: func(resp *http.Response) error {
 			if r := requestOf(resp.Request.Context()); r != nil {
-				resp.Body = &countingBody{ReadCloser: resp.Body, n: &r.bytes}
+				r.headers.Store(int64(time.Since(r.Start)))
+				resp.Body = &countingBody{ReadCloser: resp.Body, r: r}
 			}
 			return nil
 		},
