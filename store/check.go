@@ -32,6 +32,9 @@ func (p Problem) Unwrap() error { return p.Err }
 type CheckOptions struct {
 	// MaxProblems stops the check after this many problems (0: 1000).
 	MaxProblems int
+	// OnObject, when set, is called after each object record is checked,
+	// on Check's goroutine (a progress bar).
+	OnObject func()
 }
 
 // Check verifies the whole file: bbolt's own page consistency check; every
@@ -44,6 +47,10 @@ func (db *DB) Check(opts *CheckOptions) ([]Problem, error) {
 	max := 1000
 	if opts != nil && opts.MaxProblems > 0 {
 		max = opts.MaxProblems
+	}
+	onObject := func() {}
+	if opts != nil && opts.OnObject != nil {
+		onObject = opts.OnObject
 	}
 	var probs []Problem
 	full := func() bool { return len(probs) >= max }
@@ -62,7 +69,7 @@ func (db *DB) Check(opts *CheckOptions) ([]Problem, error) {
 			return nil
 		}
 		for _, inf := range tx.Informers() {
-			checkInformer(tx, inf, add, full)
+			checkInformer(tx, inf, add, full, onObject)
 			if full() {
 				return nil
 			}
@@ -75,7 +82,7 @@ func (db *DB) Check(opts *CheckOptions) ([]Problem, error) {
 	return probs, nil
 }
 
-func checkInformer(tx *Tx, inf string, add func(string, string, ...any), full func() bool) {
+func checkInformer(tx *Tx, inf string, add func(string, string, ...any), full func() bool, onObject func()) {
 	st, err := tx.State(inf)
 	if err != nil {
 		add(inf, "%v", err)
@@ -97,6 +104,7 @@ func checkInformer(tx *Tx, inf string, add func(string, string, ...any), full fu
 				continue
 			}
 			n++
+			onObject()
 			key, err := recordKey(k, raw)
 			if err != nil {
 				add(inf, "object under %q: %v", k, err)

@@ -16,6 +16,7 @@ import (
 func (a *app) newCheckCommand() *cobra.Command {
 	var p *printFlags
 	var maxProblems int
+	var progress string
 	cmd := &cobra.Command{
 		Use:   "check FILE",
 		Short: "Verify the file: bbolt pages, records, indexes, counts and payloads",
@@ -42,11 +43,15 @@ commands do for a wrong key.`,
 			if err != nil {
 				return err
 			}
-			return a.check(cmd, args[0], keys, maxProblems, p)
+			if err := checkProgressFlag(progress); err != nil {
+				return err
+			}
+			return a.check(cmd, args[0], keys, maxProblems, progress, p)
 		},
 	}
 	p = addPrintFlags(cmd, formatTable, formatJSON, formatYAML)
 	cmd.Flags().IntVar(&maxProblems, "max-problems", 1000, "stop after this many problems")
+	addProgressFlag(cmd, &progress)
 	return cmd
 }
 
@@ -80,7 +85,7 @@ type checkProblem struct {
 	Message  string `json:"message"`
 }
 
-func (a *app) check(cmd *cobra.Command, path string, keys *encryptionconfig.Config, maxProblems int, p *printFlags) error {
+func (a *app) check(cmd *cobra.Command, path string, keys *encryptionconfig.Config, maxProblems int, progressMode string, p *printFlags) error {
 	rep := &checkReport{File: path, Informers: []checkInformer{}, Problems: []checkProblem{}, KeyErrors: []checkProblem{}}
 	db, err := a.open(path)
 	if err != nil {
@@ -94,25 +99,36 @@ func (a *app) check(cmd *cobra.Command, path string, keys *encryptionconfig.Conf
 	if maxProblems <= 0 {
 		maxProblems = 1000
 	}
-	probs, err := db.Check(&store.CheckOptions{MaxProblems: maxProblems})
+	// The bar counts each object twice: the store's check of its record,
+	// then the decoding of its payload.
+	var objects int64
+	_ = db.View(func(tx *store.Tx) error {
+		objects = countObjects(tx)
+		return nil
+	})
+	bar := newProgress(cmd.ErrOrStderr(), progressMode, 2*objects, "check: records")
+	probs, err := db.Check(&store.CheckOptions{MaxProblems: maxProblems, OnObject: func() { bar.add(1) }})
 	for _, pr := range probs {
 		// Every problem is corruption: say what, not that.
 		msg := strings.ReplaceAll(pr.Err.Error(), store.ErrCorrupt.Error()+": ", "")
 		rep.Problems = append(rep.Problems, checkProblem{Informer: pr.Informer, Message: msg})
 	}
 	if err != nil {
+		bar.done()
 		rep.Problems = append(rep.Problems, checkProblem{Message: err.Error()})
 		return a.printCheck(cmd, rep, p)
 	}
+	bar.describe("check: payloads")
 	err = db.View(func(tx *store.Tx) error {
 		for _, inf := range tx.Informers() {
 			if len(rep.Problems) >= maxProblems {
 				break
 			}
-			rep.Informers = append(rep.Informers, checkPayloads(tx, inf, keys, rep, maxProblems))
+			rep.Informers = append(rep.Informers, checkPayloads(tx, inf, keys, rep, maxProblems, func() { bar.add(1) }))
 		}
 		return nil
 	})
+	bar.done()
 	if err != nil {
 		rep.Problems = append(rep.Problems, checkProblem{Message: err.Error()})
 	}
@@ -127,7 +143,7 @@ func (a *app) check(cmd *cobra.Command, path string, keys *encryptionconfig.Conf
 }
 
 // checkPayloads decodes every payload of inf, adding problems to rep.
-func checkPayloads(tx *store.Tx, inf string, keys *encryptionconfig.Config, rep *checkReport, maxProblems int) checkInformer {
+func checkPayloads(tx *store.Tx, inf string, keys *encryptionconfig.Config, rep *checkReport, maxProblems int, onObject func()) checkInformer {
 	ci := checkInformer{Name: inf, Indexes: len(tx.Indexes(inf))}
 	problem := func(format string, args ...any) {
 		rep.Problems = append(rep.Problems, checkProblem{Informer: inf, Message: fmt.Sprintf(format, args...)})
@@ -136,6 +152,7 @@ func checkPayloads(tx *store.Tx, inf string, keys *encryptionconfig.Config, rep 
 	d := newDecoder(inf, st, keys)
 	_ = tx.ForEachRaw(inf, func(key string, raw []byte) error {
 		ci.Objects++
+		onObject()
 		r, err := store.DecodeRecord(key, raw)
 		if err != nil {
 			return nil // one of db.Check's problems
@@ -237,4 +254,18 @@ func (a *app) printCheck(cmd *cobra.Command, rep *checkReport, p *printFlags) er
 			keyErrors, rep.File)}
 	}
 	return nil
+}
+
+// countObjects is the number of object records of every informer (bbolt's
+// key counts, without reading the records).
+func countObjects(tx *store.Tx) int64 {
+	var n int64
+	for _, inf := range tx.Informers() {
+		if b := informerBucket(tx, inf); b != nil {
+			if objs := b.Bucket(bucketObjects); objs != nil {
+				n += int64(objs.Stats().KeyN)
+			}
+		}
+	}
+	return n
 }

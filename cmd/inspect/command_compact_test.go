@@ -2,10 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 func TestCompact(t *testing.T) {
@@ -85,4 +88,55 @@ func TestCompactRefuses(t *testing.T) {
 	if _, stderr := mustRun(t, exitCorrupt, "compact", truncated(t, 40000), out); !strings.Contains(stderr, "is damaged") {
 		t.Errorf("stderr %q", stderr)
 	}
+}
+
+// compactCopy copies every bucket, nested bucket, sequence, key and value,
+// in several transactions, and counts every key.
+func TestCompactCopy(t *testing.T) {
+	src, err := bolt.Open(fixture(t), 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := bolt.Open(filepath.Join(t.TempDir(), "copy.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	var keys, calls int
+	_ = src.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(_ []byte, b *bolt.Bucket) error { keys += b.Stats().KeyN; return nil })
+	})
+	if err := compactCopy(dst, src, 2000, func() { calls++ }); err != nil {
+		t.Fatal(err)
+	}
+	if calls != keys || keys == 0 {
+		t.Errorf("%d calls, %d keys", calls, keys)
+	}
+	if a, b := dump(t, src), dump(t, dst); a != b {
+		t.Fatalf("the copy differs:\n%s", firstDiff(a, b))
+	}
+}
+
+// dump lists every bucket (with its sequence), key and value of db.
+func dump(t *testing.T, db *bolt.DB) string {
+	var b strings.Builder
+	var walk func(prefix string, bk *bolt.Bucket) error
+	walk = func(prefix string, bk *bolt.Bucket) error {
+		fmt.Fprintf(&b, "%s seq=%d\n", prefix, bk.Sequence())
+		return bk.ForEach(func(k, v []byte) error {
+			if v == nil {
+				return walk(prefix+"/"+string(k), bk.Bucket(k))
+			}
+			fmt.Fprintf(&b, "%s/%q=%x\n", prefix, k, v)
+			return nil
+		})
+	}
+	err := db.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, bk *bolt.Bucket) error { return walk(string(name), bk) })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }

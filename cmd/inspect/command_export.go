@@ -3,13 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/boltinformer/boltinformer/internal/encryptionconfig"
 	"github.com/boltinformer/boltinformer/internal/safefile"
@@ -42,10 +39,8 @@ a terminal (--progress=auto) or always (--progress=always).`,
 			if err := p.validate(); err != nil {
 				return err
 			}
-			switch o.progress {
-			case "auto", "always", "never":
-			default:
-				return fmt.Errorf("--progress %q: want auto, always or never", o.progress)
+			if err := checkProgressFlag(o.progress); err != nil {
+				return err
 			}
 			keys, err := readKeyFile(a.keyFile)
 			if err != nil {
@@ -60,7 +55,7 @@ a terminal (--progress=auto) or always (--progress=always).`,
 	}
 	p = addPrintFlags(cmd, formatJSON, formatYAML, formatJSONL)
 	cmd.Flags().StringVar(&o.outputFile, "output-file", "", "write to this file instead of stdout")
-	cmd.Flags().StringVar(&o.progress, "progress", "auto", "progress bar on stderr: auto (when a terminal), always, never")
+	addProgressFlag(cmd, &o.progress)
 	addManagedFieldsFlag(cmd, &o.showManagedFields)
 	return cmd
 }
@@ -122,7 +117,7 @@ func (a *app) export(cmd *cobra.Command, path, informer string, o *exportOptions
 				return err
 			}
 		}
-		bar := newProgress(cmd.ErrOrStderr(), o.progress, total, a.now)
+		bar := newProgress(cmd.ErrOrStderr(), o.progress, total, "export")
 		lw := newListWriter(out, p.output, rv, o.showManagedFields)
 		var envelopes, failed int
 		for _, inf := range infs {
@@ -203,62 +198,4 @@ func sameFile(a, b string) (bool, error) {
 		return false, err
 	}
 	return os.SameFile(fa, fb), nil
-}
-
-// progress is a progress bar on a terminal, redrawn at most every 100ms.
-type progress struct {
-	w     io.Writer
-	on    bool
-	total int64
-	n     int64
-	now   func() time.Time
-	last  time.Time
-}
-
-func newProgress(w io.Writer, mode string, total int64, now func() time.Time) *progress {
-	on := mode == "always"
-	if mode == "auto" {
-		f, ok := w.(*os.File)
-		on = ok && term.IsTerminal(int(f.Fd()))
-	}
-	return &progress{w: w, on: on, total: total, now: now}
-}
-
-func (p *progress) add(n int64) {
-	p.n += n
-	if !p.on {
-		return
-	}
-	if t := p.now(); p.n == 1 || t.Sub(p.last) >= 100*time.Millisecond {
-		p.last = t
-		p.draw()
-	}
-}
-
-func (p *progress) draw() {
-	const width = 30
-	if p.total <= 0 || p.n > p.total {
-		fmt.Fprintf(p.w, "\rexport: %d objects", p.n)
-		return
-	}
-	fill := int(int64(width) * p.n / p.total)
-	bar := make([]byte, width)
-	for i := range bar {
-		switch {
-		case i < fill:
-			bar[i] = '='
-		case i == fill:
-			bar[i] = '>'
-		default:
-			bar[i] = ' '
-		}
-	}
-	fmt.Fprintf(p.w, "\rexport: [%s] %d/%d objects (%d%%)", bar, p.n, p.total, 100*p.n/p.total)
-}
-
-func (p *progress) done() {
-	if p.on {
-		p.draw()
-		fmt.Fprintln(p.w)
-	}
 }

@@ -110,20 +110,40 @@ func TestExportOutputFile(t *testing.T) {
 	}
 }
 
-func TestExportProgress(t *testing.T) {
+// A progress bar (github.com/schollz/progressbar) on the long commands:
+// drawn when stderr is a terminal, or always; what a terminal shows of it
+// at the end is the golden.
+func TestProgress(t *testing.T) {
 	path := fixture(t)
 	keys := keyFile(t, testKey)
 	// A buffer is not a terminal: auto draws nothing.
-	_, stderr := mustRun(t, 0, "export", path, "pods", "--output-file", filepath.Join(t.TempDir(), "x"))
-	if stderr != "" {
-		t.Fatalf("auto progress on a buffer: %q", stderr)
+	for _, args := range [][]string{
+		{"export", path, "pods", "--output-file", filepath.Join(t.TempDir(), "x")},
+		{"check", path},
+		{"compact", path, filepath.Join(t.TempDir(), "c.db")},
+	} {
+		if _, stderr := mustRun(t, 0, args...); stderr != "" {
+			t.Fatalf("%s: auto progress on a buffer: %q", args[0], stderr)
+		}
 	}
-	// The test clock stands still: drawn at the first object and at the end.
-	_, stderr = mustRun(t, 0, "export", path, "--progress", "always", "-o", "jsonl", "--key-file", keys)
-	golden(t, "export-progress", stderr)
-	_, stderr = mustRun(t, exitFailure, "export", path, "--progress", "sometimes")
-	if stderr != "inspect: --progress \"sometimes\": want auto, always or never\n" {
-		t.Fatalf("stderr %q", stderr)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"export-progress", []string{"export", path, "--progress", "always", "-o", "jsonl", "--key-file", keys}},
+		{"check-progress", []string{"check", path, "--progress", "always", "--key-file", keys}},
+		{"compact-progress", []string{"compact", path, filepath.Join(t.TempDir(), "c.db"), "--progress", "always"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr := mustRun(t, 0, tc.args...)
+			golden(t, tc.name, terminal(stderr))
+		})
+	}
+	for _, verb := range [][]string{{"export", path}, {"check", path}, {"compact", path, filepath.Join(t.TempDir(), "d.db")}} {
+		_, stderr := mustRun(t, exitFailure, append(verb, "--progress", "sometimes")...)
+		if stderr != "inspect: --progress \"sometimes\": want auto, always or never\n" {
+			t.Fatalf("%s: stderr %q", verb[0], stderr)
+		}
 	}
 }
 
