@@ -312,10 +312,12 @@ const DefaultPartialRelistRatio = 0.05
 const fetchWorkers = 8
 
 // partialAnswer is a relist answered with only what changed: the informer
-// applies it as a patch (replaceAllLocked), not as a whole list.
+// applies it as a patch (replaceAllLocked), not as a whole list. plan is
+// handed over with it (through Informer.partial) and read by the informer
+// loop only.
 type partialAnswer struct {
 	rv   string
-	gone []string
+	plan *reflector.Catchup
 }
 
 // partialRelist answers a relist (after a 410) with only what changed
@@ -372,7 +374,7 @@ func (s *Informer) partialRelist(ctx context.Context, _ metav1.ListOptions) (run
 	for i, o := range objs {
 		out.Items[i].Object = o
 	}
-	s.partial.Store(&partialAnswer{rv: plan.ResourceVersion, gone: plan.GoneKeys()})
+	s.partial.Store(&partialAnswer{rv: plan.ResourceVersion, plan: plan})
 	s.counters.partialRelists.Add(1)
 	s.logger.V(1).Info("Relist with only what changed", "resourceVersion", plan.ResourceVersion,
 		"fetched", len(objs), "deleted", len(plan.GoneKeys()), "objects", len(list.Items))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -1108,13 +1109,18 @@ func (s *Informer) noteListLocked(a *applyErrors, objs []any, err error) (held [
 }
 
 // patchLocked applies a partial relist (partialRelist): the changed
-// objects, and the deletions the diff found, carrying the last object the
-// cache knew (cache.DeletedFinalStateUnknown, as a relist delivers them).
+// objects, and the deletions of what the list does not have, carrying the
+// last object the cache knew (cache.DeletedFinalStateUnknown, as a relist
+// delivers them). The deletions are found now, not when the diff was made:
+// the old watch's events queued before the relist were applied since, and
+// may have created objects that the list does not have.
 func (s *Informer) patchLocked(info cache.ReplacedAllInfo, p *partialAnswer, isInInitialList bool, a *applyErrors) error {
-	s.counters.events.Add(int64(len(info.Objects) + len(p.gone)))
+	var gone []string
+	s.indexer.Versions(func(_ string, objects iter.Seq2[string, string]) { gone = p.plan.Unlisted(objects) })
+	s.counters.events.Add(int64(len(info.Objects) + len(gone)))
 	s.countRelist()
 	var deletions []cache.DeletedFinalStateUnknown
-	for _, key := range p.gone {
+	for _, key := range gone {
 		if old, exists, err := s.indexer.GetByKey(key); err == nil && exists {
 			deletions = append(deletions, cache.DeletedFinalStateUnknown{Key: key, Obj: old})
 		}
@@ -1128,7 +1134,7 @@ func (s *Informer) patchLocked(info cache.ReplacedAllInfo, p *partialAnswer, isI
 		}
 		replacements = append(replacements, replacement{old, obj})
 	}
-	held, err := s.noteListLocked(a, info.Objects, s.indexer.Patch(info.Objects, p.gone, info.ResourceVersion))
+	held, err := s.noteListLocked(a, info.Objects, s.indexer.Patch(info.Objects, gone, info.ResourceVersion))
 	if err != nil {
 		return err
 	}

@@ -5,15 +5,19 @@ package boltinformer_test
 
 import (
 	"context"
+	"errors"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/boltinformer/boltinformer"
 	"github.com/boltinformer/boltinformer/internal/testobj"
@@ -187,5 +191,149 @@ func TestRegressionFreshNotBeforeRecreatedKeyGone(t *testing.T) {
 	waitFor(t, "HasSynced", inf.HasSynced)
 	if d := diffObjects(f.src.Objects(), inf.GetStore().List()); d != "" {
 		t.Fatalf("synced, not the server's state:\n%s", d)
+	}
+}
+
+// cutWatch serves the first watch of a Source one event at a time: the
+// first event, then, once after is closed, the second, then a 410 (as an
+// apiserver restart ends a watch). Later watches are the Source's.
+type cutWatch struct {
+	*crashtest.Source
+	after   chan struct{}
+	watches atomic.Int32
+}
+
+func (c *cutWatch) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	inner, err := c.Source.WatchWithContext(ctx, o)
+	if err != nil || c.watches.Add(1) != 1 {
+		return inner, err
+	}
+	w := &forwardWatch{out: make(chan watch.Event), stop: make(chan struct{})}
+	go func() {
+		defer close(w.out)
+		defer inner.Stop()
+		gone := apierrors.NewResourceExpired("too old resource version").ErrStatus
+		for i := range 3 {
+			ev := watch.Event{Type: watch.Error, Object: &gone}
+			if i < 2 {
+				var ok bool
+				select {
+				case <-w.stop:
+					return
+				case ev, ok = <-inner.ResultChan():
+					if !ok {
+						return
+					}
+				}
+			}
+			if i == 1 {
+				select {
+				case <-c.after:
+				case <-w.stop:
+					return
+				}
+			}
+			select {
+			case w.out <- ev:
+			case <-w.stop:
+				return
+			}
+		}
+	}()
+	return w, nil
+}
+
+// TestRegressionPartialRelistAfterQueuedEvents: a partial relist diffs the
+// metadata list against the cache while the old watch's last events may
+// still be queued for the informer loop; they are applied before the
+// patch. An object those events create, deleted before the list, stayed
+// in the cache after the patch (the diff, made before it was applied, did
+// not name it), and the informer was fresh at the list's resourceVersion
+// with an object the server did not have.
+func TestRegressionPartialRelistAfterQueuedEvents(t *testing.T) {
+	idx := func() cache.Indexers {
+		return cache.Indexers{"fail": func(obj any) ([]string, error) {
+			if obj.(*corev1.Pod).Labels["fail"] != "" {
+				return nil, errors.New("an index function that fails")
+			}
+			return nil, nil
+		}}
+	}
+	path := filepath.Join(t.TempDir(), "cache.db")
+	src := newPodSource()
+	for i := range 20 {
+		if _, err := src.Create(testobj.Pod(i, 3, 2, "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := func(lw cache.ListerWatcher, opts *boltinformer.InformerOptions) (*boltinformer.DB, *boltinformer.Informer) {
+		db, err := boltinformer.Open(path, &boltinformer.Options{Logger: &quietLogger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		inf, err := db.NewInformer("pods", lw, &corev1.Pod{}, 0, idx(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db, inf
+	}
+	db, inf := open(src, nil)
+	stop := runInformer(t, inf)
+	waitFor(t, "the cold list", func() bool { return inf.HasSynced() && len(inf.GetIndexer().ListKeys()) == 20 })
+	stop()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// While down: an object changed (an index function fails on it, so the
+	// informer loop reports it outside its lock, where the test holds it),
+	// then one created and deleted.
+	first := sortedKeys(src.Objects())[0]
+	changed := bumpPod(src.Objects()[first], 1)
+	changed.Labels["fail"] = "1"
+	if _, err := src.Update(changed); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Create(testobj.Pod(99, 3, 2, "")); err != nil {
+		t.Fatal(err)
+	}
+	x := "ns-0/pod-000099"
+	if err := src.Delete(x); err != nil {
+		t.Fatal(err)
+	}
+
+	cw := &cutWatch{Source: src, after: make(chan struct{})}
+	held, release := make(chan struct{}), make(chan struct{})
+	var once, releaseOnce sync.Once
+	defer releaseOnce.Do(func() { close(release) })
+	_, inf = open(cw, &boltinformer.InformerOptions{SyncPolicy: boltinformer.SyncAfterDiskLoad, Metadata: src, Getter: src})
+	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
+		var ae *boltinformer.ApplyError
+		if errors.As(err, &ae) {
+			once.Do(func() { close(held) })
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	src.ResetCalls()
+	stop = runInformer(t, inf)
+	defer stop()
+	<-held          // the loop has applied the changed object and is held
+	close(cw.after) // the creation is queued, then the watch ends with a 410
+	waitFor(t, "the relist's watch", func() bool { return src.Calls().Watches == 2 })
+	releaseOnce.Do(func() { close(release) })
+	waitFor(t, "the partial relist", func() bool {
+		return inf.Health().AppliedResourceVersion == src.ResourceVersion() && inf.WatchStats().PartialRelists == 1
+	})
+	if _, exists, _ := inf.GetIndexer().GetByKey(x); exists {
+		t.Fatalf("%s, deleted before the list, is in the cache after the partial relist (fresh: %+v)", x, inf.Health())
+	}
+	if d := diffObjects(src.Objects(), inf.GetStore().List()); d != "" {
+		t.Fatalf("after the partial relist:\n%s", d)
 	}
 }

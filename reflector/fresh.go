@@ -204,6 +204,25 @@ func (c *Catchup) Done() bool { return len(c.want) == 0 }
 // was not watching), as planned.
 func (c *Catchup) GoneKeys() []string { return c.goneKeys }
 
+// Unlisted returns the keys of cached (each key and its resourceVersion)
+// that the list does not have and that are not newer than R: what a cache
+// must delete to be the list's state, as it is now (a partial relist
+// applies its patch after the events queued before it, which may have
+// created objects the plan could not name).
+func (c *Catchup) Unlisted(cached iter.Seq2[string, string]) []string {
+	var out []string
+	for key, rv := range cached {
+		if _, ok := c.listed[key]; ok {
+			continue
+		}
+		if cmp, err := resourceversion.CompareResourceVersion(rv, c.ResourceVersion); err == nil && cmp > 0 {
+			continue
+		}
+		out = append(out, key)
+	}
+	return out
+}
+
 // WantKeys are the keys still pending.
 func (c *Catchup) WantKeys() []string {
 	out := make([]string, 0, len(c.want))
