@@ -332,7 +332,13 @@ func (s *Informer) partialRelist(ctx context.Context, _ metav1.ListOptions) (run
 		return nil, nil
 	}
 	var list *metav1.PartialObjectMetadataList
-	if t := s.freshSt.list.Swap(nil); t != nil && s.db.clock.Since(t.at) < listReuse && notOlder(t.list.ResourceVersion, s.indexer.ResourceVersion()) {
+	// The warm start's list is taken only if the old watch has delivered
+	// nothing after it: its events queued for the informer loop are
+	// applied before the patch, which would take the cache back to the
+	// list's resourceVersion, and the watch from there would deliver them
+	// again.
+	if t := s.freshSt.list.Swap(nil); t != nil && s.db.clock.Since(t.at) < listReuse && notOlder(t.list.ResourceVersion, s.indexer.ResourceVersion()) &&
+		(s.resume.LastEventResourceVersion() == "" || notOlder(t.list.ResourceVersion, s.resume.LastEventResourceVersion())) {
 		list = t.list
 	} else {
 		// Joins the warm start's list if it is still in flight (the

@@ -250,51 +250,91 @@ func (c *cutWatch) WatchWithContext(ctx context.Context, o metav1.ListOptions) (
 // in the cache after the patch (the diff, made before it was applied, did
 // not name it), and the informer was fresh at the list's resourceVersion
 // with an object the server did not have.
-func TestRegressionPartialRelistAfterQueuedEvents(t *testing.T) {
-	idx := func() cache.Indexers {
-		return cache.Indexers{"fail": func(obj any) ([]string, error) {
-			if obj.(*corev1.Pod).Labels["fail"] != "" {
-				return nil, errors.New("an index function that fails")
-			}
-			return nil, nil
-		}}
-	}
-	path := filepath.Join(t.TempDir(), "cache.db")
-	src := newPodSource()
+// failIndexFile is a cache file of 20 Pods under an index function that
+// fails on Pods labelled "fail": the informer loop reports such an
+// object's error outside its lock, through the watch error handler, which
+// a test can hold (holding the loop between two batches).
+type failIndexFile struct {
+	t    *testing.T
+	path string
+	src  *crashtest.Source
+}
+
+func newFailIndexFile(t *testing.T) *failIndexFile {
+	f := &failIndexFile{t: t, path: filepath.Join(t.TempDir(), "cache.db"), src: newPodSource()}
 	for i := range 20 {
-		if _, err := src.Create(testobj.Pod(i, 3, 2, "")); err != nil {
+		if _, err := f.src.Create(testobj.Pod(i, 3, 2, "")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	open := func(lw cache.ListerWatcher, opts *boltinformer.InformerOptions) (*boltinformer.DB, *boltinformer.Informer) {
-		db, err := boltinformer.Open(path, &boltinformer.Options{Logger: &quietLogger})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = db.Close() })
-		inf, err := db.NewInformer("pods", lw, &corev1.Pod{}, 0, idx(), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return db, inf
-	}
-	db, inf := open(src, nil)
+	db, inf := f.open(f.src, nil)
 	stop := runInformer(t, inf)
 	waitFor(t, "the cold list", func() bool { return inf.HasSynced() && len(inf.GetIndexer().ListKeys()) == 20 })
 	stop()
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
+	return f
+}
 
+func (f *failIndexFile) open(lw cache.ListerWatcher, opts *boltinformer.InformerOptions) (*boltinformer.DB, *boltinformer.Informer) {
+	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = db.Close() })
+	idx := cache.Indexers{"fail": func(obj any) ([]string, error) {
+		if obj.(*corev1.Pod).Labels["fail"] != "" {
+			return nil, errors.New("an index function that fails")
+		}
+		return nil, nil
+	}}
+	inf, err := db.NewInformer("pods", lw, &corev1.Pod{}, 0, idx, opts)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return db, inf
+}
+
+// failOne changes the first object so that the index function fails on it.
+func (f *failIndexFile) failOne() {
+	first := sortedKeys(f.src.Objects())[0]
+	changed := bumpPod(f.src.Objects()[first], 1)
+	changed.Labels["fail"] = "1"
+	if _, err := f.src.Update(changed); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// holdApplyError makes inf's watch error handler hold the informer loop at
+// its first ApplyError until release is closed; held is closed then.
+func holdApplyError(t *testing.T, inf *boltinformer.Informer) (held chan struct{}, release func()) {
+	held, rel := make(chan struct{}), make(chan struct{})
+	var once, relOnce sync.Once
+	release = func() { relOnce.Do(func() { close(rel) }) }
+	t.Cleanup(release)
+	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
+		var ae *boltinformer.ApplyError
+		if errors.As(err, &ae) {
+			once.Do(func() { close(held) })
+			select {
+			case <-rel:
+			case <-ctx.Done():
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return held, release
+}
+
+func TestRegressionPartialRelistAfterQueuedEvents(t *testing.T) {
+	f := newFailIndexFile(t)
+	src := f.src
 	// While down: an object changed (an index function fails on it, so the
 	// informer loop reports it outside its lock, where the test holds it),
 	// then one created and deleted.
-	first := sortedKeys(src.Objects())[0]
-	changed := bumpPod(src.Objects()[first], 1)
-	changed.Labels["fail"] = "1"
-	if _, err := src.Update(changed); err != nil {
-		t.Fatal(err)
-	}
+	f.failOne()
 	if _, err := src.Create(testobj.Pod(99, 3, 2, "")); err != nil {
 		t.Fatal(err)
 	}
@@ -304,29 +344,15 @@ func TestRegressionPartialRelistAfterQueuedEvents(t *testing.T) {
 	}
 
 	cw := &cutWatch{Source: src, after: make(chan struct{})}
-	held, release := make(chan struct{}), make(chan struct{})
-	var once, releaseOnce sync.Once
-	defer releaseOnce.Do(func() { close(release) })
-	_, inf = open(cw, &boltinformer.InformerOptions{SyncPolicy: boltinformer.SyncAfterDiskLoad, Metadata: src, Getter: src})
-	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
-		var ae *boltinformer.ApplyError
-		if errors.As(err, &ae) {
-			once.Do(func() { close(held) })
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
+	_, inf := f.open(cw, &boltinformer.InformerOptions{SyncPolicy: boltinformer.SyncAfterDiskLoad, Metadata: src, Getter: src})
+	held, release := holdApplyError(t, inf)
 	src.ResetCalls()
-	stop = runInformer(t, inf)
+	stop := runInformer(t, inf)
 	defer stop()
 	<-held          // the loop has applied the changed object and is held
 	close(cw.after) // the creation is queued, then the watch ends with a 410
 	waitFor(t, "the relist's watch", func() bool { return src.Calls().Watches == 2 })
-	releaseOnce.Do(func() { close(release) })
+	release()
 	waitFor(t, "the partial relist", func() bool {
 		return inf.Health().AppliedResourceVersion == src.ResourceVersion() && inf.WatchStats().PartialRelists == 1
 	})
@@ -335,5 +361,56 @@ func TestRegressionPartialRelistAfterQueuedEvents(t *testing.T) {
 	}
 	if d := diffObjects(src.Objects(), inf.GetStore().List()); d != "" {
 		t.Fatalf("after the partial relist:\n%s", d)
+	}
+}
+
+// TestRegressionPartialRelistKeptListOlderThanWatch: a relist soon after a
+// warm start takes the start's metadata list, unless the old watch has
+// delivered events past it: those are applied before the patch, which
+// moved the cache's resourceVersion back to the list's, and the watch
+// from there delivered them again (a second OnDelete of one delete).
+func TestRegressionPartialRelistKeptListOlderThanWatch(t *testing.T) {
+	f := newFailIndexFile(t)
+	src := f.src
+	f.failOne() // while down
+	cw := &cutWatch{Source: src, after: make(chan struct{})}
+	_, inf := f.open(cw, &boltinformer.InformerOptions{SyncPolicy: boltinformer.SyncAfterFresh, Metadata: src, Getter: src})
+	rec := newEvRecorder("handler")
+	if _, err := inf.AddEventHandler(rec); err != nil {
+		t.Fatal(err)
+	}
+	held, release := holdApplyError(t, inf)
+	src.ResetCalls()
+	stop := runInformer(t, inf)
+	defer stop()
+	<-held // the changed object is applied; the loop is held
+	waitFor(t, "Fresh", func() bool { return inf.Health().Fresh })
+	y := sortedKeys(src.Objects())[5]
+	if err := src.Delete(y); err != nil { // after the start's metadata list
+		t.Fatal(err)
+	}
+	close(cw.after) // the delete is queued, then the watch ends with a 410
+	waitFor(t, "the relist's watch", func() bool { return src.Calls().Watches == 2 })
+	release()
+	waitFor(t, "the partial relist", func() bool { return inf.WatchStats().PartialRelists == 1 })
+	r := newEvRecorder("barrier")
+	waitFor(t, "the store to converge", func() bool {
+		return inf.Health().AppliedResourceVersion == src.ResourceVersion() && diffObjects(src.Objects(), inf.GetStore().List()) == ""
+	})
+	// The watch after the relist has delivered whatever it replays once a
+	// bookmark after it is applied.
+	src.Bookmark()
+	waitFor(t, "the bookmark", func() bool { return inf.Health().AppliedResourceVersion == src.ResourceVersion() })
+	if _, err := inf.AddEventHandler(r); err != nil { // waits for the informer loop's batch
+		t.Fatal(err)
+	}
+	var deletes int
+	for _, e := range rec.events() {
+		if e.Kind == "delete" && e.Key == y {
+			deletes++
+		}
+	}
+	if deletes != 1 {
+		t.Fatalf("the handler got %d deletes of %s, want 1: %v", deletes, y, rec.events())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -90,6 +91,11 @@ type ListerWatcher struct {
 	relist       atomic.Bool
 	relistSignal chan struct{}
 
+	// lastEventRV is the resourceVersion of the last watch event (a
+	// bookmark included) received from the server: the informer loop has
+	// applied at most that far.
+	lastEventRV atomic.Pointer[string]
+
 	// statsMu guards stats.
 	statsMu sync.Mutex
 	stats   Stats
@@ -144,6 +150,17 @@ func (lw *ListerWatcher) markResumed() {
 
 // Watching returns a channel closed once the server has accepted a watch.
 func (lw *ListerWatcher) Watching() <-chan struct{} { return lw.watchingCh }
+
+// LastEventResourceVersion returns the resourceVersion of the last watch
+// event (bookmarks included) received from the server, "" before any: the
+// events the Reflector queues go no further. A relist may take a list as
+// the server's latest state only if it is not older.
+func (lw *ListerWatcher) LastEventResourceVersion() string {
+	if p := lw.lastEventRV.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
 
 // RelistLatest makes the Reflector list again, and that list a consistent
 // read of the server's most recent state (resourceVersion "") rather than
@@ -325,6 +342,10 @@ func (o *observed) run(ctx context.Context) {
 			} else {
 				o.lw.record(func(s *Stats) { s.Events++; s.LastEvent = now })
 				o.lw.markResumed()
+				if m, err := meta.Accessor(ev.Object); err == nil {
+					rv := m.GetResourceVersion()
+					o.lw.lastEventRV.Store(&rv)
+				}
 			}
 			select {
 			case o.out <- ev:
