@@ -226,7 +226,7 @@ func TestObserveConcurrent(t *testing.T) {
 // with the whole content.
 func TestRegressionPartialRelistObserved(t *testing.T) {
 	f := newCacheFile(t, 100)
-	churn(t, f.src, 3)
+	churn(t, f.src, 2) // 4 of 100 to read: under DefaultPartialRelistRatio
 	f.src.Compact()
 	f.src.ResetCalls()
 	r := f.open(nil, &boltinformer.InformerOptions{SyncPolicy: boltinformer.SyncAfterFresh, Metadata: f.src, Getter: f.src})
