@@ -1,7 +1,7 @@
 // Package program is a small program written for client-go's shared
-// informer factory: it watches the Pods and ConfigMaps of a namespace,
-// counts what its Pod handler is told, and reports what its listers hold
-// once its changes are made and done says so.
+// informer factory: it watches Pods and ConfigMaps, counts what its Pod
+// handler is told about one namespace, and reports what its listers hold
+// there once its changes are made and done says so.
 //
 // internal/switchtest/clientgo and internal/switchtest/persistent hold
 // this program word for word, but for the line that builds the factory:
@@ -28,13 +28,15 @@ import (
 
 // Observation is what the program saw.
 type Observation struct {
-	// Pods are the namespace/name of the Pod lister's Pods, sorted, and
-	// WebPods those it lists with the selector app=web.
+	// Pods are the namespace/name@resourceVersion of the Pod lister's
+	// Pods, sorted, and WebPods the namespace/name of those it lists with
+	// the selector app=web.
 	Pods, WebPods []string
-	// ConfigMaps are the namespace/name of ForResource's generic lister's
-	// ConfigMaps, sorted.
+	// ConfigMaps are the namespace/name@resourceVersion of ForResource's
+	// generic lister's ConfigMaps, sorted.
 	ConfigMaps []string
-	// Added, Updated and Deleted count the Pod handler's calls.
+	// Added, Updated and Deleted count the Pod handler's calls for Pods
+	// of the namespace.
 	Added, Updated, Deleted int
 	// Synced counts the informers WaitForCacheSync reported synced.
 	Synced int
@@ -58,21 +60,31 @@ func observe(ctx context.Context, factory informers.SharedInformerFactory, names
 		mu                      sync.Mutex
 		added, updated, deleted int
 	)
-	_, err = pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			mu.Lock()
-			defer mu.Unlock()
-			added++
-		},
-		UpdateFunc: func(old, obj any) {
-			mu.Lock()
-			defer mu.Unlock()
-			updated++
-		},
-		DeleteFunc: func(obj any) {
-			mu.Lock()
-			defer mu.Unlock()
-			deleted++
+	inNamespace := func(obj any) bool {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		p, ok := obj.(*corev1.Pod)
+		return ok && p.Namespace == namespace
+	}
+	_, err = pods.Informer().AddEventHandler(cache.FilteringResourceEventHandler{
+		FilterFunc: inNamespace,
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc: func(obj any) {
+				mu.Lock()
+				defer mu.Unlock()
+				added++
+			},
+			UpdateFunc: func(old, obj any) {
+				mu.Lock()
+				defer mu.Unlock()
+				updated++
+			},
+			DeleteFunc: func(obj any) {
+				mu.Lock()
+				defer mu.Unlock()
+				deleted++
+			},
 		},
 	})
 	if err != nil {
@@ -108,14 +120,14 @@ func observe(ctx context.Context, factory informers.SharedInformerFactory, names
 			return obs, err
 		}
 		for _, p := range all {
-			obs.Pods = append(obs.Pods, p.Namespace+"/"+p.Name)
+			obs.Pods = append(obs.Pods, p.Namespace+"/"+p.Name+"@"+p.ResourceVersion)
 		}
 		for _, p := range web {
 			obs.WebPods = append(obs.WebPods, p.Namespace+"/"+p.Name)
 		}
 		for _, o := range cms {
 			cm := o.(*corev1.ConfigMap)
-			obs.ConfigMaps = append(obs.ConfigMaps, cm.Namespace+"/"+cm.Name)
+			obs.ConfigMaps = append(obs.ConfigMaps, cm.Namespace+"/"+cm.Name+"@"+cm.ResourceVersion)
 		}
 		sort.Strings(obs.Pods)
 		sort.Strings(obs.WebPods)
