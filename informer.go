@@ -103,7 +103,9 @@ type InformerOptions struct {
 	// under another Resource is not resumed. A Factory sets the
 	// GroupVersionResource ("/v1, Resource=pods"). Default:
 	// DefaultResource(example), the kind ("/v1, Kind=Pod"; unstructured and
-	// metadata-only examples by their apiVersion and kind). A file saved
+	// metadata-only examples by their apiVersion and kind; such an example
+	// without them, as client-go's metadatainformer passes, needs an
+	// explicit Resource, or every resource would share one). A file saved
 	// under the default of earlier versions, the example's Go type
 	// ("*v1.Pod"), is resumed by an informer of that type that leaves
 	// Resource "", and saved under the kind at its next commit.
@@ -291,6 +293,9 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 	}
 	defaultResource := o.Resource == ""
 	if defaultResource {
+		if err := kindKnown(example); err != nil {
+			return nil, fmt.Errorf("boltinformer: informer %q: %w", name, err)
+		}
 		o.Resource = DefaultResource(example)
 	}
 	identity := store.State{ClusterID: o.ClusterID, Resource: o.Resource, ListOptions: o.ListOptions, Transform: o.TransformID}

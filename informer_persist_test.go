@@ -248,6 +248,9 @@ func TestRegressionTransformToPartialObjectMetadataWarmRestart(t *testing.T) {
 // controller-runtime's metadata-only watches) restarts warm.
 func TestMetadataInformerWarmRestart(t *testing.T) {
 	f := newLossFile(t, &metav1.PartialObjectMetadata{}, func() runtime.Object { return &metav1.PartialObjectMetadataList{} })
+	// client-go's metadatainformer passes an example without apiVersion
+	// and kind: the Resource must be given (kindKnown).
+	f.opts = &boltinformer.InformerOptions{Resource: "/v1, Resource=pods (metadata)"}
 	for i := range 5 {
 		pom, _ := toMetadata(testobj.Pod(i, 3, 2, ""))
 		f.create(pom.(runtime.Object))

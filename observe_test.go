@@ -229,7 +229,8 @@ func TestRegressionPartialRelistObserved(t *testing.T) {
 	churn(t, f.src, 2) // 4 of 100 to read: under DefaultPartialRelistRatio
 	f.src.Compact()
 	f.src.ResetCalls()
-	r := f.open(nil, &boltinformer.InformerOptions{SyncPolicy: boltinformer.SyncAfterFresh, Metadata: f.src, Getter: f.src})
+	r := f.open(nil, &boltinformer.InformerOptions{SyncPolicy: boltinformer.SyncAfterFresh, Metadata: f.src, Getter: f.src,
+		PartialRelistRatio: 1})
 	st, stop := r.inf.Observe(func(boltinformer.Change) {})
 	stop()
 	m := newObservedModel(st)

@@ -57,6 +57,21 @@ func DefaultResource(example runtime.Object) string {
 	return gvk.String() + suffix
 }
 
+// kindKnown refuses, as the default Resource, an unstructured or
+// metadata-only example without apiVersion and kind: its default would be
+// the same for every resource (client-go's metadatainformer passes
+// &metav1.PartialObjectMetadata{}), so a file of one resource could be
+// resumed for another under a reused informer name.
+func kindKnown(example runtime.Object) error {
+	switch example.(type) {
+	case *unstructured.Unstructured, *metav1.PartialObjectMetadata:
+		if example.GetObjectKind().GroupVersionKind().Kind == "" {
+			return fmt.Errorf("InformerOptions.Resource is required for a %T example without apiVersion and kind: the file's identity could not tell resources apart", example)
+		}
+	}
+	return nil
+}
+
 // goTypeResource is the default Resource before DefaultResource (the
 // example's Go type): a file saved under it is resumed by an informer of
 // that type with the default Resource, and saved under the new default at

@@ -2,7 +2,9 @@ package boltinformer_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -168,5 +170,31 @@ func TestRegressionDefaultResourceEarlierFileResumes(t *testing.T) {
 	}
 	if d := inf.Decision(); d.Warm || d.Reason != recovery.ReasonResource {
 		t.Fatalf("a ConfigMap informer on a file of Pods: decision %+v", d)
+	}
+}
+
+// TestRegressionMetadataExampleNeedsResource: client-go's metadatainformer
+// passes &metav1.PartialObjectMetadata{} (no apiVersion, no kind) for every
+// resource, so the default Resource could not tell a Pods file from a
+// ConfigMaps file under a reused informer name: such an example needs an
+// explicit Resource.
+func TestRegressionMetadataExampleNeedsResource(t *testing.T) {
+	db, err := boltinformer.Open(filepath.Join(t.TempDir(), "cache.db"), &boltinformer.Options{Logger: &quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	src := crashtest.NewSource(func() runtime.Object { return &metav1.PartialObjectMetadataList{} })
+	for _, example := range []runtime.Object{&metav1.PartialObjectMetadata{}, &unstructured.Unstructured{}} {
+		if _, err := db.NewInformer(fmt.Sprintf("%T", example), src, example, 0, nil, nil); err == nil || !strings.Contains(err.Error(), "Resource is required") {
+			t.Fatalf("%T without apiVersion, kind or Resource: %v", example, err)
+		}
+	}
+	if _, err := db.NewInformer("pods", src, &metav1.PartialObjectMetadata{}, 0, nil, &boltinformer.InformerOptions{Resource: "/v1, Resource=pods"}); err != nil {
+		t.Fatalf("with a Resource: %v", err)
+	}
+	pom := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}}
+	if _, err := db.NewInformer("configmaps", src, pom, 0, nil, nil); err != nil {
+		t.Fatalf("with apiVersion and kind: %v", err)
 	}
 }
