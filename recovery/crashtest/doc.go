@@ -12,13 +12,31 @@
 // truth at any resourceVersion (Source.StateAt). NewSourceAt starts one
 // from a snapshot, as a server that has been running for a while.
 //
-// History is H(seed): an unbounded history of Pod changes whose event i
+// History is H(seed): an unbounded history of changes whose event i
 // (resourceVersion i) is a pure function of the seed and i. Processes that
 // share a seed agree on every event and every state without talking:
 // History.StateAt(rv) is the truth for any resourceVersion a file holds,
 // History.Source(base, k) rebuilds the server as of k, and
 // History.Events(k, n) are the events k+1 through n, to append live
 // (Source.Apply).
+//
+// Its objects are Pods, or your agent's own kind: HistoryOptions.Object
+// makes the version of a key an event writes from an ObjectSpec (the key,
+// the event, a pseudo-random number of the seed and the event), as a pure
+// function, and the History sets the metadata. A custom resource's typed
+// struct (registered in a scheme; give the scheme to the informer as
+// InformerOptions.Scheme and to VerifyOptions.Scheme) or unstructured
+// objects:
+//
+//	h := crashtest.NewHistory(1, &crashtest.HistoryOptions{
+//		Object: func(o crashtest.ObjectSpec) runtime.Object {
+//			return &examplev1.Widget{
+//				TypeMeta: metav1.TypeMeta{APIVersion: "example.com/v1", Kind: "Widget"},
+//				Spec:     examplev1.WidgetSpec{Color: colors[o.Rand%4]},
+//			}
+//		},
+//		NewList: func() runtime.Object { return &examplev1.WidgetList{} },
+//	})
 //
 // Run is the kill/restart harness. It re-executes the test binary
 // (os.Args[0] -test.run=^TestName$) with an environment variable that
@@ -46,6 +64,8 @@
 //				return runAgent(ctx, env, src)
 //			},
 //			Check: func(t testing.TB, r *crashtest.Result) {
+//				// With your own kind: &crashtest.VerifyOptions{Example:
+//				// &examplev1.Widget{}, Scheme: scheme, Indexers: ...}.
 //				_, err := crashtest.VerifyFile(filepath.Join(dir, "cache.db"), "pods", h.StateAt, nil)
 //				if err != nil {
 //					t.Fatalf("after run %d: %v", r.Run, err)

@@ -9,6 +9,9 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -32,9 +35,54 @@ type HistoryOptions struct {
 	// means none.
 	DeletePercent int
 	// MaxPadding bounds an annotation of pseudo-random size added to each
-	// Pod (about 2 KB of protobuf without it), so that records vary in
-	// size and some need overflow pages. Default 2048; negative means none.
+	// object (a Pod is about 2 KB of protobuf without it), so that records
+	// vary in size and some need overflow pages. Default 2048; negative
+	// means none.
 	MaxPadding int
+	// Object makes the history's objects, for a history of your own kind
+	// (a typed struct registered in a scheme, or unstructured) instead of
+	// Pods: the version of a key that an event writes (see ObjectSpec). It
+	// must be a pure function of the spec, so that every process agrees on
+	// every event. The History then sets the object's namespace, name,
+	// UID and resourceVersion, and the annotations
+	// crashtest.boltinformer.io/event (the event) and .../padding (see
+	// MaxPadding); an object without object metadata is a bug of the test,
+	// and panics with a message saying so (as the rest of the kit does).
+	// Nil: Pods, spread over Nodes (spec.nodeName changes on every
+	// update).
+	Object func(ObjectSpec) runtime.Object
+	// NewList makes an empty list of Object's objects, for History.Source
+	// (e.g. &examplev1.WidgetList{}). Nil: an
+	// *unstructured.UnstructuredList (with the list kind) for unstructured
+	// objects, a *metav1.List for typed ones (which client-go's reflector
+	// and boltinformer read; give the typed list to serve the Source over
+	// HTTP, see Handler, to a typed client).
+	NewList func() runtime.Object
+	// NamePrefix starts every object's name: key k is
+	// ns-<k mod Namespaces>/<NamePrefix>-<k, 6 digits>. Default "pod"
+	// (Pods) or "obj" (Object).
+	NamePrefix string
+}
+
+// ObjectSpec says which object HistoryOptions.Object makes: the version of
+// key Key (namespace Namespace, name Name) that event Event writes, in the
+// incarnation that event Created created (a deleted key comes back with a
+// new UID).
+type ObjectSpec struct {
+	// Seed is the history's seed.
+	Seed uint64
+	// Key is the key's index (0 up to MaxKeys).
+	Key int
+	// Namespace and Name are the key's.
+	Namespace, Name string
+	// Event is the event that writes this version: its resourceVersion.
+	Event int64
+	// Created is the event that created this incarnation.
+	Created int64
+	// Rand is pseudo-random, a pure function of the seed and Event: vary
+	// the object with it (e.g. a field an index reads, so that updates
+	// move objects between index values).
+	Rand uint64
 }
 
 func (o HistoryOptions) withDefaults() HistoryOptions {
@@ -66,10 +114,17 @@ func (o HistoryOptions) withDefaults() HistoryOptions {
 	case o.MaxPadding < 0:
 		o.MaxPadding = 0
 	}
+	if o.NamePrefix == "" {
+		o.NamePrefix = "pod"
+		if o.Object != nil {
+			o.NamePrefix = "obj"
+		}
+	}
 	return o
 }
 
-// History is a deterministic, unbounded history of Pod changes: H(seed).
+// History is a deterministic, unbounded history of changes to Pods, or to
+// objects of your own kind (HistoryOptions.Object): H(seed).
 // Event i (1, 2, ...) has resourceVersion i and is a pure function of the
 // seed and i, so two processes that share the seed agree on every event
 // and on the state at every resourceVersion without exchanging anything.
@@ -80,8 +135,9 @@ func (o HistoryOptions) withDefaults() HistoryOptions {
 // The history runs in epochs: epoch e touches each of its keys once, in
 // an order that is a seeded permutation; epoch e has
 // min(Keys+e*Growth, MaxKeys) keys. A touch deletes an existing object
-// with probability DeletePercent, else creates or updates it (its node,
-// and so a node index, changes on every update). A History is safe for
+// with probability DeletePercent, else creates or updates it (a Pod's
+// node, and so a node index, changes on every update; an Object's content
+// is the function's, given a new ObjectSpec.Rand). A History is safe for
 // concurrent use.
 type History struct {
 	seed uint64
@@ -254,21 +310,69 @@ func (h *History) keep(st *state) {
 
 // Key returns the namespace/name of key index k.
 func (h *History) Key(k int) string {
-	return fmt.Sprintf("ns-%d/pod-%06d", k%h.opts.Namespaces, k)
+	return h.namespace(k) + "/" + h.name(k)
 }
 
-// object is key k's Pod as written by event i, an incarnation created by
-// event add.
-func (h *History) object(k int, i, add int64) *corev1.Pod {
-	p := testobj.Pod(k, h.opts.Namespaces, h.opts.Nodes, strconv.FormatInt(i, 10))
-	p.UID = types.UID(fmt.Sprintf("%08x-%06d-%d", uint32(h.seed), k, add))
-	p.Spec.NodeName = fmt.Sprintf("node-%d", h.mix(i, 2)%uint64(h.opts.Nodes))
-	p.Annotations["crashtest.boltinformer.io/event"] = strconv.FormatInt(i, 10)
+func (h *History) namespace(k int) string { return fmt.Sprintf("ns-%d", k%h.opts.Namespaces) }
+
+func (h *History) name(k int) string { return fmt.Sprintf("%s-%06d", h.opts.NamePrefix, k) }
+
+// object is key k's object as written by event i, an incarnation created
+// by event add.
+func (h *History) object(k int, i, add int64) runtime.Object {
+	uid := types.UID(fmt.Sprintf("%08x-%06d-%d", uint32(h.seed), k, add))
+	if h.opts.Object == nil {
+		p := testobj.Pod(k, h.opts.Namespaces, h.opts.Nodes, strconv.FormatInt(i, 10))
+		p.Name = h.name(k)
+		p.UID = uid
+		p.Spec.NodeName = fmt.Sprintf("node-%d", h.mix(i, 2)%uint64(h.opts.Nodes))
+		h.annotate(p, i)
+		return p
+	}
+	obj := h.opts.Object(ObjectSpec{Seed: h.seed, Key: k, Namespace: h.namespace(k), Name: h.name(k), Event: i, Created: add, Rand: h.mix(i, 2)})
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		panic(fmt.Sprintf("crashtest: HistoryOptions.Object made a %T without object metadata: %v", obj, err))
+	}
+	m.SetNamespace(h.namespace(k))
+	m.SetName(h.name(k))
+	m.SetUID(uid)
+	m.SetResourceVersion(strconv.FormatInt(i, 10))
+	h.annotate(m, i)
+	return obj
+}
+
+// annotate sets the event and padding annotations of the version event i
+// writes.
+func (h *History) annotate(m metav1.Object, i int64) {
+	a := m.GetAnnotations()
+	if a == nil {
+		a = map[string]string{}
+	}
+	a["crashtest.boltinformer.io/event"] = strconv.FormatInt(i, 10)
 	if h.opts.MaxPadding > 0 {
 		n := int(h.mix(i, 3) % uint64(h.opts.MaxPadding+1))
-		p.Annotations["crashtest.boltinformer.io/padding"] = strings.Repeat(string(rune('a'+i%26)), n)
+		a["crashtest.boltinformer.io/padding"] = strings.Repeat(string(rune('a'+i%26)), n)
 	}
-	return p
+	m.SetAnnotations(a)
+}
+
+// newList returns an empty list of the history's objects (see
+// HistoryOptions.NewList).
+func (h *History) newList() runtime.Object {
+	switch {
+	case h.opts.NewList != nil:
+		return h.opts.NewList()
+	case h.opts.Object == nil:
+		return &corev1.PodList{}
+	}
+	if u, ok := h.object(0, 1, 1).(*unstructured.Unstructured); ok {
+		l := &unstructured.UnstructuredList{}
+		l.SetAPIVersion(u.GetAPIVersion())
+		l.SetKind(u.GetKind() + "List")
+		return l
+	}
+	return &metav1.List{}
 }
 
 // StateAt returns the objects as of resourceVersion rv (0: none), by key.
@@ -294,12 +398,13 @@ func (h *History) Events(from, to int64) []Event {
 	}
 	out := make([]Event, 0, to-from)
 	h.scan(from, to, func(i int64, k int, typ watch.EventType, add, prev int64) {
-		var obj *corev1.Pod
+		var obj runtime.Object
 		if typ == watch.Deleted {
 			// The object as it was, at the deletion's resourceVersion
 			// (what kube-apiserver sends).
 			obj = h.object(k, prev, add)
-			obj.ResourceVersion = strconv.FormatInt(i, 10)
+			m, _ := meta.Accessor(obj)
+			m.SetResourceVersion(strconv.FormatInt(i, 10))
 		} else {
 			obj = h.object(k, i, add)
 		}
@@ -321,7 +426,7 @@ func (h *History) Source(base, to int64) *Source {
 	for _, o := range objs {
 		list = append(list, o)
 	}
-	s := NewSourceAt(func() runtime.Object { return &corev1.PodList{} }, base, list)
+	s := NewSourceAt(h.newList, base, list)
 	for _, e := range h.Events(base, to) {
 		if err := s.Apply(e); err != nil {
 			panic(fmt.Sprintf("crashtest: history %d: %v", h.seed, err))

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/boltinformer/boltinformer"
 	"github.com/boltinformer/boltinformer/internal/codec"
 	"github.com/boltinformer/boltinformer/store"
 )
@@ -31,6 +32,10 @@ var ErrMismatch = errors.New("crashtest: cache differs from the truth")
 type VerifyOptions struct {
 	// Example is an object of the informer's type. Default &corev1.Pod{}.
 	Example runtime.Object
+	// Scheme knows the informer's types when they are your own (what the
+	// informer had as InformerOptions.Scheme); client-go's scheme is
+	// consulted after it. Default: client-go's alone.
+	Scheme *runtime.Scheme
 	// Indexers are the informer's index functions: the values stored for
 	// each index the state record names, and that has a function here, are
 	// recomputed from the true object and compared.
@@ -38,8 +43,8 @@ type VerifyOptions struct {
 	// Sample decodes and compares the payloads of about this many objects
 	// (spread over the keys); 0 decodes all of them, negative none.
 	Sample int
-	// Keyring opens encrypted payloads (boltinformer.Keyring).
-	Keyring *codec.Keyring
+	// Keyring opens encrypted payloads (the informer's).
+	Keyring *boltinformer.Keyring
 	// LockTimeout is how long to wait for the file lock. Default 5s.
 	LockTimeout time.Duration
 	// MaxDiffs bounds the differences reported. Default 20.
@@ -99,7 +104,7 @@ func VerifyDB(db *store.DB, informer string, truth func(rv int64) map[string]run
 		o.MaxDiffs = 20
 	}
 	path := db.Path()
-	c, err := codec.New(o.Example, &codec.Options{Keyring: o.Keyring})
+	c, err := codec.New(o.Example, &codec.Options{Keyring: (*codec.Keyring)(o.Keyring), Scheme: o.Scheme})
 	if err != nil {
 		return nil, err
 	}
