@@ -388,3 +388,96 @@ func withTwoPodInformers(t *testing.T) string {
 	}
 	return path
 }
+
+// writeLater writes, at path, the fixture as it is later: in v1/pods
+// ns-0/pod-000000 has other managedFields (and nothing else),
+// ns-0/pod-000003 is deleted, ns-0/pod-000006 added, ns-1/pod-000001
+// changed (a restart) and ns-2/pod-000002 deleted and created again
+// (another uid); secret prod/db changed; an informer of ConfigMaps added.
+// Widgets and gadgets are as they were.
+func writeLater(path string) (err error) {
+	if err := writeFixture(path); err != nil {
+		return err
+	}
+	db, err := store.Open(path, &store.Options{Clock: clocktesting.NewFakePassiveClock(fileTime.Add(time.Hour)), NoSync: true})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, db.Close()) }()
+	committer := store.NewCommitter(db, &store.CommitterOptions{MaxDelay: time.Hour})
+	replace := func(name, resource string, indexers cache.Indexers, opts indexer.Options, objs []any, rv string) error {
+		opts.Committer = committer
+		opts.Identity = store.State{ClusterID: "cluster-a", Resource: resource, ListOptions: "none"}
+		x, err := indexer.Open(db, name, indexers, &opts)
+		if err != nil {
+			return err
+		}
+		return errors.Join(x.Replace(objs, rv), committer.Flush(context.Background()), x.Close())
+	}
+	var pods []any
+	for _, i := range []int{0, 1, 2, 4, 5, 6} {
+		p := testobj.Pod(i, 3, 2, strconv.Itoa(100+i))
+		switch i {
+		case 0: // its managedFields only
+			p.ResourceVersion = "110"
+			p.ManagedFields = []metav1.ManagedFieldsEntry{{
+				Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1",
+				Time: &metav1.Time{Time: fileTime.Add(-time.Hour)}, FieldsType: "FieldsV1",
+				FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{"f:app":{}}},"f:spec":{"f:nodeName":{}}}`),
+			}}
+		case 1:
+			p.ResourceVersion = "131"
+			p.Status.ContainerStatuses[0].RestartCount++
+		case 2:
+			p.ResourceVersion, p.UID = "132", types.UID("99999999-0000-4000-8000-000000000002")
+		case 6:
+			p.Namespace, p.ResourceVersion = "ns-0", "136"
+		}
+		pods = append(pods, p)
+	}
+	podIndexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, "node": func(obj any) ([]string, error) {
+		return []string{obj.(*corev1.Pod).Spec.NodeName}, nil
+	}}
+	var secrets []any
+	for i, name := range []string{"db", "api-token"} {
+		s := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "prod", UID: types.UID(fmt.Sprintf("33333333-0000-4000-8000-%012d", i)),
+				ResourceVersion: strconv.Itoa(300 + i), CreationTimestamp: metav1.NewTime(fileTime.Add(-time.Hour))},
+			Type: corev1.SecretTypeOpaque,
+			Data: map[string][]byte{"password": []byte("hunter" + strconv.Itoa(i))},
+		}
+		if name == "db" {
+			s.ResourceVersion, s.Data["password"] = "340", []byte("rotated")
+		}
+		secrets = append(secrets, s)
+	}
+	keyring := &codec.Keyring{Current: testKeyID, Keys: map[string][]byte{testKeyID: testKey}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: "ns-0", UID: "55555555-0000-4000-8000-000000000000",
+		ResourceVersion: "500", CreationTimestamp: metav1.NewTime(fileTime)}, Data: map[string]string{"mode": "edge"}}
+	nsIndex := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+	return errors.Join(
+		replace("v1/pods", "/v1, Resource=pods", podIndexers, indexer.Options{Example: &corev1.Pod{}}, pods, "140"),
+		replace("v1/secrets", "/v1, Resource=secrets", nsIndex, indexer.Options{Example: &corev1.Secret{}, Keyring: keyring}, secrets, "340"),
+		replace("v1/configmaps", "/v1, Resource=configmaps", nsIndex, indexer.Options{Example: &corev1.ConfigMap{}}, []any{cm}, "500"),
+	)
+}
+
+var (
+	laterOnce sync.Once
+	laterFile string
+	laterErr  error
+)
+
+// later returns the path of the shared later fixture (writeLater).
+func later(t *testing.T) string {
+	t.Helper()
+	fixture(t)
+	laterOnce.Do(func() {
+		laterFile = filepath.Join(fixtureDir, "later.db")
+		laterErr = writeLater(laterFile)
+	})
+	if laterErr != nil {
+		t.Fatal(laterErr)
+	}
+	return laterFile
+}

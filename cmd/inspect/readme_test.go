@@ -28,6 +28,7 @@ import (
 //
 // is written to NAME before the commands run (the key file). The
 // directory holds, besides: cache.db (the fixture: writeFixture),
+// later.db (the fixture changed: writeLater),
 // old-keys (a key file whose k1 is not the key the Secrets were sealed
 // with) and garbage.db (cache.db with a value that is not a record in
 // informers/v1/pods/objects).
@@ -74,7 +75,7 @@ func checkReadme(t *testing.T, path string, minBlocks int) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	for name, from := range map[string]string{"cache.db": fixture(t), "garbage.db": withGarbageRecord(t)} {
+	for name, from := range map[string]string{"cache.db": fixture(t), "garbage.db": withGarbageRecord(t), "later.db": later(t)} {
 		copyFile(t, from, filepath.Join(dir, name))
 	}
 	copyFile(t, keyFile(t, wrongKey), filepath.Join(dir, "old-keys"))

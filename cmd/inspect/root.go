@@ -68,6 +68,7 @@ after --timeout if a running agent holds the file.`,
 		a.newStatsCommand(),
 		a.newCompactCommand(),
 		a.newServeCommand(),
+		a.newDiffCommand(),
 	)
 	return root
 }
@@ -83,8 +84,11 @@ func (a *app) execute(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "inspect: %v\n", err)
 	var ee *exitError
+	if errors.As(err, &ee) && ee.msg == "" && ee.err == nil {
+		return ee.code // a status without a message (diff's "differ")
+	}
+	fmt.Fprintf(stderr, "inspect: %v\n", err)
 	if errors.As(err, &ee) {
 		return ee.code
 	}
