@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
@@ -412,5 +413,31 @@ func TestRegressionPartialRelistKeptListOlderThanWatch(t *testing.T) {
 	}
 	if deletes != 1 {
 		t.Fatalf("the handler got %d deletes of %s, want 1: %v", deletes, y, rec.events())
+	}
+}
+
+// TestRegressionFreshRestoredClusterPastTheFile: a cluster restored from a
+// backup and written to since, until its resourceVersion passed the
+// file's, is still another history: an object the file has at a
+// resourceVersion newer than the server's version of it cannot happen in
+// one history (a list after the cache's state has every object at its
+// cached version or later). The diff took such objects for unchanged, and
+// the cache kept the old history's versions.
+func TestRegressionFreshRestoredClusterPastTheFile(t *testing.T) {
+	f := newCacheFile(t, 30)
+	var objs []runtime.Object
+	for _, k := range sortedKeys(f.src.Objects()) {
+		p := f.src.Objects()[k].(*corev1.Pod).DeepCopy()
+		p.ResourceVersion = "3" // the backup's version
+		p.Labels["timeline"] = "restored"
+		objs = append(objs, p)
+	}
+	restored := crashtest.NewSourceAt(func() runtime.Object { return &corev1.PodList{} }, 100, objs)
+	f.src = restored
+	r := f.open(nil, &boltinformer.InformerOptions{SyncPolicy: boltinformer.SyncAfterFresh, Metadata: restored, Getter: restored, PartialRelistRatio: 0.5})
+	r.run()
+	r.waitSynced()
+	if d := diffObjects(restored.Objects(), r.inf.GetStore().List()); d != "" {
+		t.Fatalf("synced with the old history's objects:\n%s", d)
 	}
 }

@@ -104,9 +104,11 @@ type Catchup struct {
 }
 
 // Plan compares the cache (cached yields each key and its
-// resourceVersion; applied is the cache's resourceVersion) with list. It fails with ErrNotComparable when a
-// resourceVersion does not parse, and ErrOtherTimeline when the list is
-// older than what the cache has applied.
+// resourceVersion; applied is the cache's resourceVersion) with list. It
+// fails with ErrNotComparable when a resourceVersion does not parse, and
+// ErrOtherTimeline when the list is older than what the cache has applied
+// or has an object at an older resourceVersion than the cache's (a
+// restored cluster whose resourceVersion has passed the cache's since).
 func Plan(list *metav1.PartialObjectMetadataList, keyOf func(*metav1.PartialObjectMetadata) (string, error), applied string, cached iter.Seq2[string, string]) (*Catchup, error) {
 	r := list.ResourceVersion
 	if applied != "" {
@@ -148,6 +150,11 @@ func Plan(list *metav1.PartialObjectMetadataList, keyOf func(*metav1.PartialObje
 		cmp, err := resourceversion.CompareResourceVersion(rv, it.ResourceVersion)
 		if err != nil {
 			return nil, fmt.Errorf("%w: cached %q at %q: %w", ErrNotComparable, key, rv, err)
+		}
+		if cmp > 0 && applied != "" {
+			// The list is not older than the cache, so in one history
+			// every object it has is at its cached version or later.
+			return nil, fmt.Errorf("%w: %q is at %s in the cache, at %s on the server", ErrOtherTimeline, key, rv, it.ResourceVersion)
 		}
 		if cmp >= 0 {
 			c.Unchanged++

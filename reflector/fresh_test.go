@@ -137,3 +137,14 @@ func TestRegressionCatchupRecreatedBeforeR(t *testing.T) {
 		}
 	}
 }
+
+// TestRegressionPlanObjectOlderThanCache: an object listed at an older
+// resourceVersion than the cache's, by a list not older than the cache, is
+// another history (a restored cluster that has passed the cache's
+// resourceVersion since): the plan took it for unchanged.
+func TestRegressionPlanObjectOlderThanCache(t *testing.T) {
+	_, err := reflector.Plan(metaList("100", map[string]string{"a": "3"}), key, "30", maps.All(map[string]string{"ns/a": "12"}))
+	if !errors.Is(err, reflector.ErrOtherTimeline) {
+		t.Fatalf("an object older on the server than in the cache: %v", err)
+	}
+}
