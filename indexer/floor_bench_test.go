@@ -39,8 +39,12 @@ func (l *batchLog) add(info store.CommitInfo) {
 	l.mu.Unlock()
 }
 
-// take returns the sizes logged so far and clears the log.
+// take returns the sizes logged so far and clears the log (nil: client-go,
+// which commits nothing).
 func (l *batchLog) take() []int {
+	if l == nil {
+		return nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.sizes
