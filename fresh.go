@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,6 +117,10 @@ type freshState struct {
 	flightMu sync.Mutex
 	flight   *metaCall
 	fallback atomic.Pointer[string] // why freshness is the first watch event
+	// notComparable is set once a metadata list's resourceVersions were
+	// found not to compare with the cache's: no metadata list is made
+	// again (freshness is the first watch event, relists are full).
+	notComparable atomic.Bool
 	// resumedFrom is the resourceVersion a warm start resumes from (set
 	// by start, before runFresh runs): a metadata list older than it is
 	// another timeline.
@@ -147,7 +152,7 @@ func (s *Informer) observeLocked(key, rv string, deleted bool) {
 		return
 	}
 	if c.Observe(key, rv, deleted) {
-		s.markFreshLocked(c.ResourceVersion)
+		s.caughtUpLocked(c)
 		return
 	}
 	s.freshSt.pending.Store(int64(c.Pending()))
@@ -157,8 +162,28 @@ func (s *Informer) observeLocked(key, rv string, deleted bool) {
 // blockDeltas.
 func (s *Informer) observeProgressLocked(rv string) {
 	if c := s.freshSt.catchup; c != nil && c.ObserveProgress(rv) {
-		s.markFreshLocked(c.ResourceVersion)
+		s.caughtUpLocked(c)
 	}
+}
+
+// caughtUpLocked ends the catch-up c, whose watch has passed the list's
+// resourceVersion: Fresh, unless the watch never brought keys the list
+// named (Catchup.Missed), which only a server of another history does (a
+// cluster restored from a backup and written past the cache's
+// resourceVersion): then the latest state is listed over the cache, and
+// that list makes it fresh. Caller holds blockDeltas.
+func (s *Informer) caughtUpLocked(c *reflector.Catchup) {
+	missed := c.Missed()
+	if len(missed) == 0 {
+		s.markFreshLocked(c.ResourceVersion)
+		return
+	}
+	s.freshSt.catchup = nil
+	s.freshSt.pending.Store(0)
+	s.logger.Info("Warning: the watch passed the metadata list's resourceVersion without bringing what the list named (the server's history is not the cache's: restored or replaced cluster): relisting over the cache",
+		"resourceVersion", c.ResourceVersion, "missed", len(missed), "key", missed[0])
+	s.counters.otherTimeline.Add(1)
+	s.resume.RelistLatest()
 }
 
 // freshBackoff paces metadata lists while the server is unreachable.
@@ -242,9 +267,13 @@ func (s *Informer) runFresh(ctx context.Context) {
 		// A restored or replaced cluster: its history is not the
 		// cache's. Replace the cache by a list of the server's latest
 		// state (a cold start over the file).
-		s.logger.Info("Warning: the server's resourceVersion is behind the cache's (restored or replaced cluster): relisting over the cache", "err", err)
+		s.logger.Info("Warning: the server's history is not the cache's (restored or replaced cluster): relisting over the cache", "err", err)
 		s.counters.otherTimeline.Add(1)
 		s.resume.RelistLatest()
+	case errors.Is(err, reflector.ErrNotComparable):
+		s.freshSt.fallback.Store(ptrTo(err.Error()))
+		s.noteNotComparable(err)
+		s.freshFallback(ctx, "")
 	case err != nil:
 		s.freshFallback(ctx, err.Error())
 	default:
@@ -255,10 +284,13 @@ func (s *Informer) runFresh(ctx context.Context) {
 
 // freshFallback makes freshness the first watch event the server sends
 // (resourceVersions are not comparable, or there is nothing to list
-// metadata with), logged once.
+// metadata with), logged once: why is stored and logged, unless "" (the
+// caller has done both).
 func (s *Informer) freshFallback(ctx context.Context, why string) {
-	s.freshSt.fallback.Store(&why)
-	s.logger.Info("Freshness falls back to the first watch event", "reason", why)
+	if why != "" {
+		s.freshSt.fallback.Store(&why)
+		s.logger.Info("Freshness falls back to the first watch event", "reason", why)
+	}
 	select {
 	case <-ctx.Done():
 	case <-s.fresh.ch:
@@ -268,6 +300,18 @@ func (s *Informer) freshFallback(ctx context.Context, why string) {
 		s.blockDeltas.Unlock()
 	}
 }
+
+// noteNotComparable records that the server's resourceVersions do not
+// compare with the cache's (an aggregated API may number them otherwise),
+// logged once: from then on the informer lists no metadata, freshness is
+// the first watch event and a relist lists everything (today's behaviour).
+func (s *Informer) noteNotComparable(err error) {
+	if s.freshSt.notComparable.CompareAndSwap(false, true) {
+		s.logger.Info("Resource versions are not comparable: freshness is the first watch event, and relists are full", "err", err)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
 
 // metaKey is the informer's key of a metadata list item.
 func metaKey(m *metav1.PartialObjectMetadata) (string, error) {
@@ -328,7 +372,7 @@ type partialAnswer struct {
 // resourceVersions are not comparable, or when a read fails; it relists
 // the latest state when the server's history is not the cache's.
 func (s *Informer) partialRelist(ctx context.Context, _ metav1.ListOptions) (runtime.Object, error) {
-	if s.metadata == nil || s.getter == nil || s.partialRatio < 0 {
+	if s.metadata == nil || s.getter == nil || s.partialRatio < 0 || s.freshSt.notComparable.Load() {
 		return nil, nil
 	}
 	var list *metav1.PartialObjectMetadataList
@@ -336,9 +380,10 @@ func (s *Informer) partialRelist(ctx context.Context, _ metav1.ListOptions) (run
 	// nothing after it: its events queued for the informer loop are
 	// applied before the patch, which would take the cache back to the
 	// list's resourceVersion, and the watch from there would deliver them
-	// again.
-	if t := s.freshSt.list.Swap(nil); t != nil && s.db.clock.Since(t.at) < listReuse && notOlder(t.list.ResourceVersion, s.indexer.ResourceVersion()) &&
-		(s.resume.LastEventResourceVersion() == "" || notOlder(t.list.ResourceVersion, s.resume.LastEventResourceVersion())) {
+	// again. A list whose resourceVersion does not compare is taken too:
+	// the diff finds it out, once.
+	if t := s.freshSt.list.Swap(nil); t != nil && s.db.clock.Since(t.at) < listReuse && !before(t.list.ResourceVersion, s.indexer.ResourceVersion()) &&
+		!before(t.list.ResourceVersion, s.resume.LastEventResourceVersion()) {
 		list = t.list
 	} else {
 		// Joins the warm start's list if it is still in flight (the
@@ -361,11 +406,23 @@ func (s *Informer) partialRelist(ctx context.Context, _ metav1.ListOptions) (run
 		s.counters.otherTimeline.Add(1)
 		s.resume.RelistLatest()
 		return nil, nil
+	case errors.Is(err, reflector.ErrNotComparable):
+		s.noteNotComparable(err)
+		return nil, nil
 	case err != nil:
-		s.logger.V(2).Info("Full relist: resourceVersions are not comparable", "err", err)
+		s.logger.V(2).Info("Full relist: the metadata list does not diff", "err", err)
 		return nil, nil
 	}
 	fetch := plan.ChangedKeys()
+	// Records of the file that do not decode are what a relist was asked
+	// for (onUndecodable): their resourceVersions match the server's, so
+	// the diff cannot see them. Read those the list has; the patch deletes
+	// the others.
+	for _, key := range s.indexer.UndecodableKeys() {
+		if plan.Listed(key) && !slices.Contains(fetch, key) {
+			fetch = append(fetch, key)
+		}
+	}
 	if float64(len(fetch)) > s.partialRatio*float64(max(len(list.Items), 1)) {
 		s.logger.V(2).Info("Full relist: too much changed for a partial one", "changed", len(fetch), "objects", len(list.Items))
 		return nil, nil
@@ -430,11 +487,14 @@ func (s *Informer) listMetadata(ctx context.Context) (*metav1.PartialObjectMetad
 	return c.list, c.err
 }
 
-// notOlder reports whether resourceVersion a is at or after b (false when
-// they do not compare).
-func notOlder(a, b string) bool {
+// before reports whether resourceVersion a is before b (false when b is
+// "" or they do not compare).
+func before(a, b string) bool {
+	if b == "" {
+		return false
+	}
 	c, err := resourceversion.CompareResourceVersion(a, b)
-	return err == nil && c >= 0
+	return err == nil && c < 0
 }
 
 // fetchAt reads the objects of keys at resourceVersion rv, in parallel.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -101,6 +102,9 @@ type Catchup struct {
 	// may be created again before R, and one the list does not have
 	// created and deleted again).
 	listed map[string]string
+	// missed are the keys still pending when the watch passed R (set by
+	// Observe and ObserveProgress): in one history there are none.
+	missed []string
 }
 
 // Plan compares the cache (cached yields each key and its
@@ -110,6 +114,17 @@ type Catchup struct {
 // or has an object at an older resourceVersion than the cache's (a
 // restored cluster whose resourceVersion has passed the cache's since).
 func Plan(list *metav1.PartialObjectMetadataList, keyOf func(*metav1.PartialObjectMetadata) (string, error), applied string, cached iter.Seq2[string, string]) (*Catchup, error) {
+	return plan(list, keyOf, applied, cached, false)
+}
+
+// plan is Plan; strict also fails with ErrOtherTimeline when the list has
+// an object at a resourceVersion not after applied that the cache does
+// not hold at that version. In one history a cache at resourceVersion A
+// holds every object that exists later at a resourceVersion not after A,
+// as it was then; a catch-up by the watch resumed from A could never bring
+// it (its event is before A). A relist's patch, which reads each object
+// the diff names, needs no such check.
+func plan(list *metav1.PartialObjectMetadataList, keyOf func(*metav1.PartialObjectMetadata) (string, error), applied string, cached iter.Seq2[string, string], strict bool) (*Catchup, error) {
 	r := list.ResourceVersion
 	if applied != "" {
 		c, err := resourceversion.CompareResourceVersion(r, applied)
@@ -160,14 +175,30 @@ func Plan(list *metav1.PartialObjectMetadataList, keyOf func(*metav1.PartialObje
 			c.Unchanged++
 			continue
 		}
+		if strict && notAfter(it.ResourceVersion, applied) {
+			return nil, fmt.Errorf("%w: %q is at %s in the cache, at %s on the server, not after the cache's resourceVersion %s", ErrOtherTimeline, key, rv, it.ResourceVersion, applied)
+		}
 		c.want[key] = it.ResourceVersion
 		c.Changed++
 	}
 	for key, it := range listed {
+		if strict && notAfter(it.ResourceVersion, applied) {
+			return nil, fmt.Errorf("%w: %q is at %s on the server, not after the cache's resourceVersion %s, and not in the cache", ErrOtherTimeline, key, it.ResourceVersion, applied)
+		}
 		c.want[key] = it.ResourceVersion
 		c.Created++
 	}
 	return c, nil
+}
+
+// notAfter reports whether resourceVersion a is at or before b (false
+// when b is "" or they do not compare).
+func notAfter(a, b string) bool {
+	if b == "" {
+		return false
+	}
+	c, err := resourceversion.CompareResourceVersion(a, b)
+	return err == nil && c <= 0
 }
 
 // PlanResume is Plan for a watch resumed from resourceVersion from, whose
@@ -177,7 +208,9 @@ func Plan(list *metav1.PartialObjectMetadataList, keyOf func(*metav1.PartialObje
 // against from, not against what the cache has applied since, and a cache
 // that has applied an event past R is caught up at once (the watch is in
 // order, so it holds every change up to R: it is the server's state at
-// applied). It fails as Plan does.
+// applied). It fails as Plan does, and with ErrOtherTimeline when the list
+// has an object at a resourceVersion not after applied that the cache
+// does not hold at that version (the watch would never bring it).
 func PlanResume(list *metav1.PartialObjectMetadataList, keyOf func(*metav1.PartialObjectMetadata) (string, error), from, applied string, cached iter.Seq2[string, string]) (*Catchup, error) {
 	r := list.ResourceVersion
 	if from != "" {
@@ -198,7 +231,7 @@ func PlanResume(list *metav1.PartialObjectMetadataList, keyOf func(*metav1.Parti
 			return &Catchup{ResourceVersion: applied, want: map[string]string{}}, nil
 		}
 	}
-	return Plan(list, keyOf, applied, cached)
+	return plan(list, keyOf, applied, cached, true)
 }
 
 // Pending returns how many keys the watch must still bring.
@@ -210,6 +243,12 @@ func (c *Catchup) Done() bool { return len(c.want) == 0 }
 // GoneKeys are the keys the list does not have (deleted while the cache
 // was not watching), as planned.
 func (c *Catchup) GoneKeys() []string { return c.goneKeys }
+
+// Listed reports whether the list has key.
+func (c *Catchup) Listed(key string) bool {
+	_, ok := c.listed[key]
+	return ok
+}
 
 // Unlisted returns the keys of cached (each key and its resourceVersion)
 // that the list does not have and that are not newer than R: what a cache
@@ -252,32 +291,37 @@ func (c *Catchup) ChangedKeys() []string {
 }
 
 // Observe notes an applied change of key at resourceVersion rv (a delete
-// when deleted) and reports whether the cache has now caught up.
+// when deleted) and reports whether the cache has now caught up. An event
+// at or after R means every event up to R was applied (the watch is in
+// order): caught up; a key still pending then was never brought, which
+// one history cannot do (Missed names them).
 func (c *Catchup) Observe(key, rv string, deleted bool) bool {
 	if len(c.want) == 0 {
 		return true
 	}
 	if rv != "" {
 		cmp, err := resourceversion.CompareResourceVersion(rv, c.ResourceVersion)
-		switch {
-		case err == nil && cmp >= 0:
-			// Every event up to R was applied (the watch is in order).
-			c.Complete()
-			return true
-		case err == nil:
-			// An event before R: the key is as the list has it only once
-			// it reaches its listed resourceVersion (a listed key), or is
-			// deleted (a key the list does not have), whatever was planned.
-			if lrv, ok := c.listed[key]; ok {
-				if cmp, err := resourceversion.CompareResourceVersion(rv, lrv); !deleted && err == nil && cmp >= 0 {
+		if err == nil {
+			if cmp <= 0 {
+				// Up to R (the write at R is in the list): the key is as
+				// the list has it only once it reaches its listed
+				// resourceVersion (a listed key), or is deleted (a key the
+				// list does not have), whatever was planned.
+				if lrv, ok := c.listed[key]; ok {
+					if cmp, err := resourceversion.CompareResourceVersion(rv, lrv); !deleted && err == nil && cmp >= 0 {
+						delete(c.want, key)
+					} else {
+						c.want[key] = lrv
+					}
+				} else if deleted {
 					delete(c.want, key)
 				} else {
-					c.want[key] = lrv
+					c.want[key] = ""
 				}
-			} else if deleted {
-				delete(c.want, key)
-			} else {
-				c.want[key] = ""
+			}
+			if cmp >= 0 {
+				c.passed()
+				return true
 			}
 			return len(c.want) == 0
 		}
@@ -302,16 +346,32 @@ func (c *Catchup) Observe(key, rv string, deleted bool) bool {
 }
 
 // ObserveProgress notes that the cache is current as of rv (a bookmark)
-// and reports whether it has now caught up.
+// and reports whether it has now caught up: at or after R, every event up
+// to R was applied, and a key still pending was never brought (Missed).
 func (c *Catchup) ObserveProgress(rv string) bool {
 	if len(c.want) == 0 {
 		return true
 	}
 	if cmp, err := resourceversion.CompareResourceVersion(rv, c.ResourceVersion); err == nil && cmp >= 0 {
-		c.want = map[string]string{}
+		c.passed()
 	}
 	return len(c.want) == 0
 }
+
+// passed ends the catch-up once the watch has passed R: what is still
+// pending was missed.
+func (c *Catchup) passed() {
+	c.missed = c.WantKeys()
+	slices.Sort(c.missed)
+	c.Complete()
+}
+
+// Missed returns the keys the watch had not brought when it passed the
+// list's resourceVersion, sorted: a key changed, created or deleted before
+// R whose event never came. In one history there is none; any means the
+// server's history is not the cache's (ErrOtherTimeline: a cluster
+// restored from a backup whose resourceVersion has passed the cache's).
+func (c *Catchup) Missed() []string { return c.missed }
 
 // Complete marks the cache caught up (a complete list was applied).
 func (c *Catchup) Complete() { c.want, c.listed = map[string]string{}, nil }

@@ -148,3 +148,58 @@ func TestRegressionPlanObjectOlderThanCache(t *testing.T) {
 		t.Fatalf("an object older on the server than in the cache: %v", err)
 	}
 }
+
+// TestRegressionPlanResumeListedNotCached: a resumed watch's plan fails
+// with ErrOtherTimeline when the list has an object at a resourceVersion
+// the cache has applied that the cache does not hold at that version (the
+// watch would never bring it: its event is before the resume point); a
+// partial relist's Plan reads it instead.
+func TestRegressionPlanResumeListedNotCached(t *testing.T) {
+	for _, cached := range []map[string]string{{}, {"ns/a": "3"}} {
+		list := metaList("40", map[string]string{"a": "6"})
+		if _, err := reflector.PlanResume(list, key, "22", "22", maps.All(cached)); !errors.Is(err, reflector.ErrOtherTimeline) {
+			t.Fatalf("cached %v: %v", cached, err)
+		}
+		c, err := reflector.Plan(list, key, "22", maps.All(cached))
+		if err != nil || len(c.ChangedKeys()) != 1 {
+			t.Fatalf("Plan, cached %v: %+v, %v", cached, c, err)
+		}
+	}
+	// After the cache's resourceVersion: the watch brings it.
+	c, err := reflector.PlanResume(metaList("40", map[string]string{"a": "30"}), key, "22", "22", maps.All(map[string]string{"ns/a": "3"}))
+	if err != nil || c.Changed != 1 {
+		t.Fatalf("a change after the resume point: %+v, %v", c, err)
+	}
+}
+
+// TestRegressionCatchupMissed: the watch passing R (an event or a
+// bookmark at or after it) while keys the list named were never brought
+// is not one history: Missed names them (the catch-up was done, silently,
+// and the informer fresh without them).
+func TestRegressionCatchupMissed(t *testing.T) {
+	plan := func() *reflector.Catchup {
+		c, err := reflector.PlanResume(metaList("30", map[string]string{"a": "25", "b": "30"}), key, "20", "20", maps.All(map[string]string{"ns/gone": "5", "ns/a": "4"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c := plan()
+	if c.Observe("ns/a", "25", false) || !c.Observe("ns/c", "31", false) {
+		t.Fatal("an event past R must complete the catch-up")
+	}
+	if m := c.Missed(); len(m) != 2 || m[0] != "ns/b" || m[1] != "ns/gone" {
+		t.Fatalf("missed %v, want ns/b and ns/gone", m)
+	}
+	c = plan()
+	if !c.ObserveProgress("30") || len(c.Missed()) != 3 {
+		t.Fatalf("a bookmark at R with 3 keys pending: missed %v", c.Missed())
+	}
+	// The write at R is in the list: its own key is not missed.
+	c = plan()
+	c.Observe("ns/a", "25", false)
+	c.Observe("ns/gone", "29", true)
+	if !c.Observe("ns/b", "30", false) || len(c.Missed()) != 0 {
+		t.Fatalf("the event at R brought the last key: missed %v", c.Missed())
+	}
+}
