@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -30,6 +33,7 @@ const (
 	agentAddrEnv   = "LOCALAPI_E2E_ADDR"  // the loopback address to serve on
 	agentKubeEnv   = "LOCALAPI_E2E_KUBECONFIG"
 	agentWindowEnv = "LOCALAPI_E2E_WINDOW"
+	agentPprofEnv  = "LOCALAPI_E2E_PPROF" // "1": serve net/http/pprof on 127.0.0.1
 )
 
 // agentMain is the agent: Pods and ConfigMaps of every namespace in a
@@ -92,6 +96,19 @@ func agent(ctx context.Context) error {
 	if err := localapi.WriteKubeconfig(kc, l.Addr().String(), tok, cert); err != nil {
 		return err
 	}
+	if os.Getenv(agentPprofEnv) == "1" {
+		pl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		ps := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = ps.Serve(pl) }()
+		defer ps.Close()
+		fmt.Println("PPROF " + pl.Addr().String())
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	f.StartWithContext(runCtx)
 	serveDone := make(chan error, 1)
@@ -109,6 +126,7 @@ type agentProc struct {
 	cmd        *exec.Cmd
 	kubeconfig string
 	addr       string
+	pprof      string // the address of its net/http/pprof, or ""
 	done       chan error
 	stopOnce   sync.Once
 }
@@ -149,6 +167,8 @@ func startAgent(t testing.TB, dir, addr string, window int) *agentProc {
 		for sc.Scan() {
 			if kc, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
 				ready <- kc
+			} else if addr, ok := strings.CutPrefix(sc.Text(), "PPROF "); ok {
+				p.pprof = addr // before READY: read once ready is
 			}
 		}
 		p.done <- cmd.Wait()
