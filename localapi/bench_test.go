@@ -32,7 +32,7 @@ func BenchmarkList(b *testing.B) {
 	logger := klog.Background().V(10)
 	h := newHandler(&Options{Logger: &logger})
 	objs := benchPods(10000)
-	v := newView(DefaultWindowEvents)
+	v := newView(DefaultWindowEvents, h.budget)
 	v.initLocked(boltinformer.ObservedState{Objects: objs, ResourceVersion: "10000", Synced: true})
 	sv := &served{view: v}
 	var err error
@@ -83,7 +83,7 @@ func BenchmarkWindowMemory(b *testing.B) {
 		b.Run(fmt.Sprintf("events=%d", capacity), func(b *testing.B) {
 			for b.Loop() {
 				objs := benchPods(10000)
-				v := newView(capacity)
+				v := newView(capacity, nil)
 				v.initLocked(boltinformer.ObservedState{Objects: objs, ResourceVersion: "10000", Synced: true})
 				before := heap()
 				rv := 10000
@@ -104,7 +104,7 @@ func BenchmarkWindowMemory(b *testing.B) {
 				for _, e := range events {
 					for _, f := range []format{formatJSON, formatProtobuf} {
 						buf.Reset()
-						if err := encodeObject(&buf, f, withKind(e.obj, corev1.SchemeGroupVersion.WithKind("Pod"))); err != nil {
+						if err := encodeObject(&buf, f, withKind(e.obj.obj, corev1.SchemeGroupVersion.WithKind("Pod"))); err != nil {
 							b.Fatal(err)
 						}
 						c := bytes.Clone(buf.Bytes())

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -86,32 +87,122 @@ func encodeObject(buf *bytes.Buffer, f format, obj runtime.Object) error {
 // encodeBare appends obj without an envelope: its JSON (a list item), or
 // its protobuf message without the magic and the Unknown around it.
 func encodeBare(buf *bytes.Buffer, f format, obj runtime.Object) error {
-	if f == formatProtobuf {
-		m, ok := obj.(protoMarshaler)
-		if !ok {
-			return fmt.Errorf("%T has no protobuf encoding", obj)
-		}
-		b, err := m.Marshal()
-		if err != nil {
-			return err
-		}
-		buf.Write(b)
-		return nil
-	}
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		b, err := u.MarshalJSON()
-		if err != nil {
-			return err
-		}
-		buf.Write(b)
-		return nil
-	}
-	b, err := json.Marshal(obj)
+	b, err := bareBytes(f, obj)
 	if err != nil {
 		return err
 	}
 	buf.Write(b)
 	return nil
+}
+
+// bareBytes returns obj encoded without an envelope (see encodeBare), in
+// a new slice.
+func bareBytes(f format, obj runtime.Object) ([]byte, error) {
+	if f == formatProtobuf {
+		m, ok := obj.(protoMarshaler)
+		if !ok {
+			return nil, fmt.Errorf("%T has no protobuf encoding", obj)
+		}
+		return m.Marshal()
+	}
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		return u.MarshalJSON()
+	}
+	return json.Marshal(obj)
+}
+
+// appendList appends to dst a whole list response in format f: the list
+// kind listGVK, its ListMeta lm and the items, each already encoded bare
+// (item.encoded). It makes the bytes listWriter makes, sized up front.
+func appendList(dst []byte, f format, listGVK schema.GroupVersionKind, lm metav1.ListMeta, items [][]byte) ([]byte, error) {
+	apiVersion, kind := listGVK.ToAPIVersionAndKind()
+	if f == formatProtobuf {
+		lmb, err := lm.Marshal()
+		if err != nil {
+			return nil, err
+		}
+		tm, err := (&runtime.TypeMeta{APIVersion: apiVersion, Kind: kind}).Marshal()
+		if err != nil {
+			return nil, err
+		}
+		// runtime.Unknown as its Marshal writes it: TypeMeta (1), Raw (2:
+		// the List message: ListMeta as field 1, each item as field 2),
+		// ContentEncoding (3) and ContentType (4), both empty.
+		raw := fieldSize(len(lmb))
+		for _, b := range items {
+			raw += fieldSize(len(b))
+		}
+		dst = slices.Grow(dst, len(protoMagic)+fieldSize(len(tm))+fieldSize(raw)+4)
+		dst = append(dst, protoMagic...)
+		dst = appendFieldBytes(dst, 1, tm)
+		dst = appendTag(dst, 2, raw)
+		dst = appendFieldBytes(dst, 1, lmb)
+		for _, b := range items {
+			dst = appendFieldBytes(dst, 2, b)
+		}
+		return append(dst, 0x1a, 0, 0x22, 0), nil
+	}
+	lmb, err := json.Marshal(lm)
+	if err != nil {
+		return nil, err
+	}
+	av, _ := json.Marshal(apiVersion)
+	k, _ := json.Marshal(kind)
+	n := len(`{"kind":,"apiVersion":,"metadata":,"items":[]}`+"\n") + len(av) + len(k) + len(lmb) + len(items)
+	for _, b := range items {
+		n += len(b)
+	}
+	start := len(dst)
+	dst = slices.Grow(dst, n)
+	dst = append(dst, `{"kind":`...)
+	dst = append(dst, k...)
+	dst = append(dst, `,"apiVersion":`...)
+	dst = append(dst, av...)
+	dst = append(dst, `,"metadata":`...)
+	dst = append(dst, lmb...)
+	dst = append(dst, `,"items":[`...)
+	for i, b := range items {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, b...)
+	}
+	dst = append(dst, "]}\n"...)
+	if f == formatYAML {
+		y, err := yaml.JSONToYAML(dst[start:])
+		if err != nil {
+			return nil, err
+		}
+		return append(dst[:start], y...), nil
+	}
+	return dst, nil
+}
+
+// fieldSize is the size of a length-delimited protobuf field (of a field
+// number below 16) holding n bytes.
+func fieldSize(n int) int {
+	return 1 + uvarintSize(uint64(n)) + n
+}
+
+func uvarintSize(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+// appendTag appends the key and length of a length-delimited protobuf
+// field of n bytes.
+func appendTag(dst []byte, field, n int) []byte {
+	dst = binary.AppendUvarint(dst, uint64(field<<3|2))
+	return binary.AppendUvarint(dst, uint64(n))
+}
+
+// appendFieldBytes appends a length-delimited protobuf field.
+func appendFieldBytes(dst []byte, field int, b []byte) []byte {
+	return append(appendTag(dst, field, len(b)), b...)
 }
 
 // listWriter writes a list response item by item: the apiserver's list

@@ -44,13 +44,16 @@ var kindFields = map[schema.GroupKind]fieldSet{
 }
 
 // selector filters objects of one resource by a label and a field
-// selector.
+// selector. It is used by one goroutine (its request's).
 type selector struct {
 	labels     labels.Selector
 	fields     fields.Selector
 	value      func(runtime.Object, string) string // the kind's own fields, or nil
 	namespaced bool
 	everything bool
+	// scratch is the object matches asks the field selector about: one
+	// per selector, not one allocation per object.
+	scratch objectFields
 }
 
 // newSelector checks the field selector's labels against what the kind
@@ -84,7 +87,13 @@ func (s *selector) matches(obj runtime.Object) bool {
 	if !s.labels.Empty() && !s.labels.Matches(labels.Set(m.GetLabels())) {
 		return false
 	}
-	return s.fields.Empty() || s.fields.Matches(objectFields{s, obj, m})
+	if s.fields.Empty() {
+		return true
+	}
+	s.scratch = objectFields{s, obj, m}
+	ok := s.fields.Matches(&s.scratch)
+	s.scratch = objectFields{}
+	return ok
 }
 
 // objectFields are an object's selectable fields, read as a field
@@ -95,9 +104,9 @@ type objectFields struct {
 	m   metav1.Object
 }
 
-func (f objectFields) Has(field string) bool { return true }
+func (f *objectFields) Has(field string) bool { return true }
 
-func (f objectFields) Get(field string) string {
+func (f *objectFields) Get(field string) string {
 	switch field {
 	case "metadata.name":
 		return f.m.GetName()

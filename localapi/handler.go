@@ -9,6 +9,7 @@ import (
 	goruntime "runtime"
 	"runtime/debug"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -35,8 +36,17 @@ type Options struct {
 	// WindowEvents bounds each resource's window of recent events, from
 	// which watches resume (default DefaultWindowEvents). Each event holds
 	// the object after the change and the one before: the window's memory
-	// is at most about 2 x WindowEvents objects per resource.
+	// is at most about 2 x WindowEvents objects per resource, and the
+	// event's encodings for watches (one per format watched).
 	WindowEvents int
+	// ListCacheBytes bounds the encodings of list items kept across
+	// requests, all resources together (default DefaultListCacheBytes; a
+	// negative value keeps none). A LIST encodes each object once per
+	// format (JSON, protobuf) and keeps the bytes while the object is
+	// current and the bound allows; a new version of the object starts
+	// without, and its old version's bytes are freed. Objects listed once
+	// the bound is reached are encoded for each request.
+	ListCacheBytes int64
 	// BookmarkInterval is how often a watch that asked for bookmarks gets
 	// one (default 1 minute; besides, every bookmark the informer gets is
 	// passed on).
@@ -74,6 +84,8 @@ type Handler struct {
 	db      *boltinformer.DB
 	logger  klog.Logger
 	version version.Info
+	// budget bounds the list encodings every view's items keep.
+	budget *encBudget
 	// ctx is cancelled by Close: every watch ends.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -143,7 +155,7 @@ func NewStatic(snaps []Snapshot, opts *Options) (*Handler, error) {
 			sv.refused = h.refusal(&r)
 		}
 		if sv.refused == "" {
-			sv.view = newView(h.opts.WindowEvents)
+			sv.view = newView(h.opts.WindowEvents, h.budget)
 			sv.view.initLocked(boltinformer.ObservedState{Objects: objs, ResourceVersion: s.ResourceVersion, Synced: true})
 		}
 		h.addLocked(sv, s.Objects)
@@ -162,6 +174,9 @@ func newHandler(opts *Options) *Handler {
 	if o.BookmarkInterval <= 0 {
 		o.BookmarkInterval = time.Minute
 	}
+	if o.ListCacheBytes == 0 {
+		o.ListCacheBytes = DefaultListCacheBytes
+	}
 	if o.WaitForResourceVersion <= 0 {
 		o.WaitForResourceVersion = 3 * time.Second
 	}
@@ -169,7 +184,8 @@ func newHandler(opts *Options) *Handler {
 	if o.Logger != nil {
 		logger = *o.Logger
 	}
-	h := &Handler{opts: o, logger: logger.WithName("localapi"), served: map[string]*served{}, byGVR: map[schema.GroupVersionResource]*served{}}
+	h := &Handler{opts: o, logger: logger.WithName("localapi"), served: map[string]*served{}, byGVR: map[schema.GroupVersionResource]*served{},
+		budget: &encBudget{limit: o.ListCacheBytes}}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	if o.Version != nil {
 		h.version = *o.Version
@@ -291,7 +307,7 @@ func (h *Handler) attachLocked(inf *boltinformer.Informer) {
 	}
 	// The observer may be called as soon as Observe has registered it:
 	// hold the view until it holds the state Observe returns.
-	v := newView(h.opts.WindowEvents)
+	v := newView(h.opts.WindowEvents, h.budget)
 	v.mu.Lock()
 	st, stop := inf.Observe(v.apply)
 	v.initLocked(st)
@@ -445,6 +461,7 @@ func (h *Handler) writeError(w http.ResponseWriter, err error) {
 func writeBody(w http.ResponseWriter, r *http.Request, f format, body []byte) {
 	w.Header().Set("Content-Type", f.mediaType())
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
 	if r.Method != http.MethodHead {
 		_, _ = w.Write(body)

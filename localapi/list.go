@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -147,12 +148,13 @@ func (h *Handler) serveGet(w http.ResponseWriter, r *http.Request, sv *served, r
 		return
 	}
 	v.mu.RLock()
-	obj := v.objs[objectKey(req.namespace, req.name)]
+	it := v.objs[objectKey(req.namespace, req.name)]
 	v.mu.RUnlock()
-	if obj == nil {
+	if it == nil {
 		h.writeError(w, notFound(gr, req.name))
 		return
 	}
+	obj := it.obj
 	var buf bytes.Buffer
 	var err error
 	switch out.target {
@@ -172,8 +174,17 @@ func (h *Handler) serveGet(w http.ResponseWriter, r *http.Request, sv *served, r
 
 // page is what a LIST selected: objects and their ListMeta.
 type page struct {
-	objs []runtime.Object
-	meta metav1.ListMeta
+	items []*item
+	meta  metav1.ListMeta
+}
+
+// objects returns the page's objects.
+func (p *page) objects() []runtime.Object {
+	objs := make([]runtime.Object, len(p.items))
+	for i, it := range p.items {
+		objs[i] = it.obj
+	}
+	return objs
 }
 
 // selectPage runs a LIST against the view: the state now (or at the
@@ -230,20 +241,20 @@ func (h *Handler) selectPage(ctx context.Context, v *view, namespace string, opt
 	var lastKey string
 	more := false
 	if exact != "" {
-		if obj := v.getLocked(seq, exact); obj != nil && exact > start && sel.matches(obj) {
-			p.objs = append(p.objs, obj)
+		if it := v.getLocked(seq, exact); it != nil && exact > start && sel.matches(it.obj) {
+			p.items = append(p.items, it)
 		}
 		return p, nil
 	}
-	v.walkLocked(seq, start, prefix, func(key string, obj runtime.Object) bool {
-		if !sel.matches(obj) {
+	v.walkLocked(seq, start, prefix, func(key string, it *item) bool {
+		if !sel.matches(it.obj) {
 			return true
 		}
-		if limit > 0 && len(p.objs) == limit {
+		if limit > 0 && len(p.items) == limit {
 			more = true
 			return false
 		}
-		p.objs = append(p.objs, obj)
+		p.items = append(p.items, it)
 		lastKey = key
 		return true
 	})
@@ -264,24 +275,18 @@ func (h *Handler) serveList(w http.ResponseWriter, r *http.Request, sv *served, 
 		h.writeError(w, err)
 		return
 	}
+	if out.target == targetObject {
+		h.writeItems(w, r, sv, p, out.format)
+		return
+	}
 	var buf bytes.Buffer
 	switch out.target {
 	case targetTable:
-		err = h.encodeTable(&buf, out, sv, p.objs, p.meta, opts, true)
+		err = h.encodeTable(&buf, out, sv, p.objects(), p.meta, opts, true)
 	case targetPartial:
 		lw := newListWriter(out.format, schema.GroupVersionKind{Group: metav1.GroupName, Version: out.version, Kind: "PartialObjectMetadataList"})
-		for _, o := range p.objs {
-			if err = lw.add(partialMetadata(o, out.version)); err != nil {
-				break
-			}
-		}
-		if err == nil {
-			err = lw.finish(&buf, p.meta)
-		}
-	default:
-		lw := newListWriter(out.format, sv.res.GroupVersion().WithKind(sv.res.Kind+"List"))
-		for _, o := range p.objs {
-			if err = lw.add(o); err != nil {
+		for _, it := range p.items {
+			if err = lw.add(partialMetadata(it.obj, out.version)); err != nil {
 				break
 			}
 		}
@@ -295,3 +300,37 @@ func (h *Handler) serveList(w http.ResponseWriter, r *http.Request, sv *served, 
 	}
 	writeBody(w, r, out.format, buf.Bytes())
 }
+
+// writeItems answers a LIST of the resource's own kind: each item's
+// cached encoding (encoded now when it has none), and the list around
+// them in one buffer of the response's size.
+func (h *Handler) writeItems(w http.ResponseWriter, r *http.Request, sv *served, p *page, f format) {
+	encs := make([][]byte, len(p.items))
+	for i, it := range p.items {
+		b, err := it.encoded(f, sv.view.budget)
+		if err != nil {
+			h.writeError(w, err)
+			return
+		}
+		encs[i] = b
+	}
+	bp := bodyPool.Get().(*[]byte)
+	body, err := appendList((*bp)[:0], f, sv.res.GroupVersion().WithKind(sv.res.Kind+"List"), p.meta, encs)
+	if err != nil {
+		bodyPool.Put(bp)
+		h.writeError(w, err)
+		return
+	}
+	writeBody(w, r, f, body)
+	if cap(body) <= maxPooledBody {
+		*bp = body
+		bodyPool.Put(bp)
+	}
+}
+
+// bodyPool holds the buffers of list responses (*[]byte), reused once
+// written: a response's Write does not keep its bytes.
+var bodyPool = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledBody is the largest buffer kept in bodyPool.
+const maxPooledBody = 4 << 20

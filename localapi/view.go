@@ -2,6 +2,7 @@ package localapi
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -25,10 +26,12 @@ type event struct {
 	seq  uint64
 	typ  watch.EventType // Added, Modified or Deleted
 	key  string
-	obj  runtime.Object // the object after the change; for Deleted its final state
-	prev runtime.Object // the object before the change; nil for Added
+	obj  *item // the object after the change; for Deleted its final state
+	prev *item // the object before the change; nil for Added
 	rv   string
-	// enc caches the object's encodings for watches, by format.
+	// enc caches the object's encodings for watches, by format (with its
+	// kind; protobuf in its envelope). They live as long as the event is
+	// in the window.
 	enc [numFormats]atomic.Pointer[[]byte]
 }
 
@@ -44,8 +47,9 @@ type view struct {
 	// mu guards everything below. Lock order: the informer's lock (apply
 	// runs under it) before mu; mu is never held while writing to a client.
 	mu     sync.RWMutex
-	objs   map[string]runtime.Object
-	keys   []string // sorted
+	objs   map[string]*item // the current version of each object
+	keys   []string         // sorted
+	items  []*item          // items[i] is objs[keys[i]]
 	rv     string
 	synced bool
 	// ring holds the events with sequence numbers first..next-1 at
@@ -59,14 +63,19 @@ type view struct {
 	changed chan struct{}
 	// closed ends every watch (the handler was closed).
 	closed bool
+	// budget bounds the list encodings the current items keep (shared by
+	// the handler's views; nil: none kept). Set at creation.
+	budget *encBudget
 }
 
-func newView(capacity int) *view {
+// newView returns an empty view whose window holds capacity events and
+// whose items keep list encodings within budget (nil: none).
+func newView(capacity int, budget *encBudget) *view {
 	if capacity <= 0 {
 		capacity = DefaultWindowEvents
 	}
 	// Sequence numbers start at 1: a cursor of 0 is before anything.
-	return &view{capacity: capacity, ring: make([]*event, capacity), changed: make(chan struct{}), first: 1, next: 1, objs: map[string]runtime.Object{}}
+	return &view{capacity: capacity, ring: make([]*event, capacity), changed: make(chan struct{}), first: 1, next: 1, objs: map[string]*item{}, budget: budget}
 }
 
 // initLocked sets the view's content to st (what Observe returned).
@@ -78,7 +87,10 @@ func (v *view) initLocked(st boltinformer.ObservedState) {
 
 // resetLocked replaces the objects. Caller holds mu (or owns v).
 func (v *view) resetLocked(objs []any, rv string) {
-	v.objs = make(map[string]runtime.Object, len(objs))
+	for _, it := range v.objs {
+		it.retire(v.budget)
+	}
+	v.objs = make(map[string]*item, len(objs))
 	v.keys = make([]string, 0, len(objs))
 	for _, o := range objs {
 		ro, ok := o.(runtime.Object)
@@ -89,12 +101,18 @@ func (v *view) resetLocked(objs []any, rv string) {
 		if err != nil {
 			continue
 		}
-		if _, dup := v.objs[key]; !dup {
+		if old, dup := v.objs[key]; !dup {
 			v.keys = append(v.keys, key)
+		} else {
+			old.retire(v.budget)
 		}
-		v.objs[key] = ro
+		v.objs[key] = &item{obj: ro}
 	}
 	sort.Strings(v.keys)
+	v.items = make([]*item, len(v.keys))
+	for i, k := range v.keys {
+		v.items[i] = v.objs[k]
+	}
 	v.rv = rv
 	v.startRV = rv
 }
@@ -111,16 +129,20 @@ func (v *view) apply(c boltinformer.Change) {
 	switch c.Type {
 	case boltinformer.ChangeUpsert:
 		prev := v.objs[c.Key]
-		if prev == c.Object {
+		if prev != nil && prev.obj == c.Object {
 			return // a resync
 		}
+		it := &item{obj: c.Object}
 		typ := watch.Modified
 		if prev == nil {
 			typ = watch.Added
-			v.insertKeyLocked(c.Key)
+		} else {
+			// A new version: the old one's encodings are never served
+			// as the current state again.
+			prev.retire(v.budget)
 		}
-		v.objs[c.Key] = c.Object
-		v.addLocked(&event{typ: typ, key: c.Key, obj: c.Object, prev: prev, rv: c.ResourceVersion})
+		v.setLocked(c.Key, it)
+		v.addLocked(&event{typ: typ, key: c.Key, obj: it, prev: prev, rv: c.ResourceVersion})
 	case boltinformer.ChangeDelete:
 		prev, ok := v.objs[c.Key]
 		if !ok {
@@ -129,13 +151,14 @@ func (v *view) apply(c boltinformer.Change) {
 			}
 			break
 		}
-		obj := c.Object
-		if obj == nil {
-			obj = prev
+		prev.retire(v.budget)
+		final := prev
+		if c.Object != nil && c.Object != prev.obj {
+			final = &item{obj: c.Object}
+			final.dead.Store(true) // never current: keeps no encoding
 		}
-		delete(v.objs, c.Key)
-		v.removeKeyLocked(c.Key)
-		v.addLocked(&event{typ: watch.Deleted, key: c.Key, obj: obj, prev: prev, rv: c.ResourceVersion})
+		v.removeLocked(c.Key)
+		v.addLocked(&event{typ: watch.Deleted, key: c.Key, obj: final, prev: prev, rv: c.ResourceVersion})
 	case boltinformer.ChangeReplace:
 		// A relist: the events in between are unknown. Every watch behind
 		// it ends with 410 Expired and its client relists, as after an
@@ -175,17 +198,26 @@ func (v *view) notifyLocked() {
 	v.changed = make(chan struct{})
 }
 
-func (v *view) insertKeyLocked(key string) {
-	i := sort.SearchStrings(v.keys, key)
-	v.keys = append(v.keys, "")
-	copy(v.keys[i+1:], v.keys[i:])
-	v.keys[i] = key
-}
-
-func (v *view) removeKeyLocked(key string) {
+// setLocked makes it the current item of key, in objs, keys and items.
+// Caller holds mu.
+func (v *view) setLocked(key string, it *item) {
 	i := sort.SearchStrings(v.keys, key)
 	if i < len(v.keys) && v.keys[i] == key {
-		v.keys = append(v.keys[:i], v.keys[i+1:]...)
+		v.items[i] = it
+	} else {
+		v.keys = slices.Insert(v.keys, i, key)
+		v.items = slices.Insert(v.items, i, it)
+	}
+	v.objs[key] = it
+}
+
+// removeLocked removes key's item. Caller holds mu.
+func (v *view) removeLocked(key string) {
+	delete(v.objs, key)
+	i := sort.SearchStrings(v.keys, key)
+	if i < len(v.keys) && v.keys[i] == key {
+		v.keys = slices.Delete(v.keys, i, i+1)
+		v.items = slices.Delete(v.items, i, i+1)
 	}
 }
 
@@ -255,8 +287,8 @@ func (v *view) eventsLocked(dst []*event, seq uint64, max int) []*event {
 // seq on not yet applied), the objects that differ from the current ones:
 // each key touched since, with its object then (nil: it did not exist).
 // Caller holds mu; seq must be within the window.
-func (v *view) pastLocked(seq uint64) map[string]runtime.Object {
-	past := map[string]runtime.Object{}
+func (v *view) pastLocked(seq uint64) map[string]*item {
+	past := map[string]*item{}
 	for s := seq; s < v.next; s++ {
 		e := v.ring[s%uint64(v.capacity)]
 		if _, seen := past[e.key]; !seen {
@@ -269,7 +301,7 @@ func (v *view) pastLocked(seq uint64) map[string]runtime.Object {
 // walkLocked calls fn, in key order, for each object after the key start
 // (all when start is "") and with the key prefix (all when ""), as of the
 // position seq (v.next: now), until fn returns false. Caller holds mu.
-func (v *view) walkLocked(seq uint64, start, prefix string, fn func(key string, obj runtime.Object) bool) {
+func (v *view) walkLocked(seq uint64, start, prefix string, fn func(key string, it *item) bool) {
 	from := start
 	if prefix > from {
 		from = prefix
@@ -278,7 +310,7 @@ func (v *view) walkLocked(seq uint64, start, prefix string, fn func(key string, 
 	if i < len(v.keys) && v.keys[i] == start {
 		i++
 	}
-	var past map[string]runtime.Object
+	var past map[string]*item
 	var touched []string
 	if seq < v.next {
 		past = v.pastLocked(seq)
@@ -292,15 +324,16 @@ func (v *view) walkLocked(seq uint64, start, prefix string, fn func(key string, 
 	j := 0
 	for i < len(v.keys) || j < len(touched) {
 		var key string
+		var cur *item // the key's current item, if any
 		switch {
 		case j >= len(touched) || (i < len(v.keys) && v.keys[i] < touched[j]):
-			key = v.keys[i]
+			key, cur = v.keys[i], v.items[i]
 			i++
 		case i >= len(v.keys) || touched[j] < v.keys[i]:
 			key = touched[j]
 			j++
 		default: // the same key in both
-			key = v.keys[i]
+			key, cur = v.keys[i], v.items[i]
 			i++
 			j++
 		}
@@ -312,14 +345,14 @@ func (v *view) walkLocked(seq uint64, start, prefix string, fn func(key string, 
 			}
 			continue
 		}
-		obj, ok := past[key]
+		it, ok := past[key]
 		if !ok {
-			obj = v.objs[key]
+			it = cur
 		}
-		if obj == nil {
+		if it == nil {
 			continue
 		}
-		if !fn(key, obj) {
+		if !fn(key, it) {
 			return
 		}
 	}
@@ -338,7 +371,7 @@ func rvOf(obj runtime.Object) string {
 
 // getLocked returns the object of key at the position seq (v.next: now),
 // or nil. Caller holds mu.
-func (v *view) getLocked(seq uint64, key string) runtime.Object {
+func (v *view) getLocked(seq uint64, key string) *item {
 	for s := seq; s < v.next; s++ {
 		if e := v.ring[s%uint64(v.capacity)]; e.key == key {
 			return e.prev

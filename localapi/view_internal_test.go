@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/boltinformer/boltinformer"
 )
@@ -35,7 +34,7 @@ func TestViewAgainstModel(t *testing.T) {
 func checkViewModel(t *testing.T, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, 7))
 	const capacity = 16
-	v := newView(capacity)
+	v := newView(capacity, nil)
 	v.initLocked(boltinformer.ObservedState{ResourceVersion: "1", Synced: true})
 	type snap struct {
 		rv   string
@@ -103,8 +102,8 @@ func checkViewModel(t *testing.T, seed uint64) {
 					}
 					sort.Strings(want)
 					var gotObjs []string
-					v.walkLocked(seq, start, prefix, func(key string, obj runtime.Object) bool {
-						gotObjs = append(gotObjs, key+"@"+rvOf(obj))
+					v.walkLocked(seq, start, prefix, func(key string, it *item) bool {
+						gotObjs = append(gotObjs, key+"@"+rvOf(it.obj))
 						return true
 					})
 					if !slices.Equal(gotObjs, want) {
@@ -134,7 +133,7 @@ func checkViewModel(t *testing.T, seed uint64) {
 // TestViewReplaceExpiresWatches: after a relist, even a cursor that was
 // up to date is behind the window (its client must relist).
 func TestViewReplaceExpiresWatches(t *testing.T) {
-	v := newView(8)
+	v := newView(8, nil)
 	v.initLocked(boltinformer.ObservedState{ResourceVersion: "5", Synced: true})
 	v.apply(boltinformer.Change{Type: boltinformer.ChangeUpsert, Key: "a/b", Object: testPod("a/b", 6), ResourceVersion: "6"})
 	cursor := v.next

@@ -73,9 +73,9 @@ func (h *Handler) serveWatch(w http.ResponseWriter, r *http.Request, sv *served,
 	if startErr == nil {
 		v.mu.RLock()
 		if initial {
-			v.walkLocked(v.next, "", s.prefix, func(_ string, obj runtime.Object) bool {
-				if sel.matches(obj) {
-					objs = append(objs, obj)
+			v.walkLocked(v.next, "", s.prefix, func(_ string, it *item) bool {
+				if sel.matches(it.obj) {
+					objs = append(objs, it.obj)
 				}
 				return true
 			})
@@ -183,8 +183,8 @@ func (s *watchStream) sendEvent(e *event) error {
 	if s.prefix != "" && !hasPrefix(e.key, s.prefix) {
 		return nil
 	}
-	cur := e.typ != watch.Deleted && s.sel.matches(e.obj)
-	old := e.prev != nil && s.sel.matches(e.prev)
+	cur := e.typ != watch.Deleted && s.sel.matches(e.obj.obj)
+	old := e.prev != nil && s.sel.matches(e.prev.obj)
 	var typ watch.EventType
 	switch {
 	case e.typ == watch.Deleted:
@@ -201,7 +201,7 @@ func (s *watchStream) sendEvent(e *event) error {
 	default:
 		return nil
 	}
-	return s.send(string(typ), e.obj, e)
+	return s.send(string(typ), e.obj.obj, e)
 }
 
 // send writes one event of obj; e, when not nil, caches the object's

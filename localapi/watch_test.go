@@ -290,6 +290,9 @@ func TestWatchBookmarksAndInitialEvents(t *testing.T) {
 		if n := len(got); n > 2 && got[n-1] == got[n-2] {
 			got = got[:n-1] // the same bookmark again
 		}
+		if len(got) == 1 && got[0] == "BOOKMARK @9" {
+			got = nil // a periodic bookmark before the changes arrived
+		}
 	}
 	if want := []string{"MODIFIED ns-0/pod-000000@10", "MODIFIED ns-0/pod-000003@12", "BOOKMARK @12"}; !slices.Equal(got, want) {
 		t.Fatalf("events and bookmarks %v, want %v", got, want)
