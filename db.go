@@ -248,7 +248,8 @@ type RecoveryReport struct {
 	// Quarantined is the path the corrupt file was renamed to (kept), or
 	// "" when the file was sound.
 	Quarantined string
-	// Cause is why it was quarantined, or nil.
+	// Cause is why it was quarantined (an error wrapping ErrCorrupt), or
+	// nil.
 	Cause error
 }
 

@@ -41,6 +41,19 @@ var (
 	// format version is newer than this library reads (never quarantined:
 	// a newer agent wrote it). It is store.ErrUnsupportedVersion.
 	ErrUnsupportedVersion = store.ErrUnsupportedVersion
+	// ErrCorrupt is wrapped by Open's error for a damaged file with
+	// Options.FailOnCorrupt (without it the file is quarantined and a new
+	// one started), and by NewInformer's for a damaged record with
+	// FailOnCorrupt; a damaged record read later (Get, or a Bounded
+	// informer's miss) wraps it too. It is store.ErrCorrupt.
+	ErrCorrupt = store.ErrCorrupt
+	// ErrNotPersisted is wrapped by Informer.Flush's and DB.Close's errors
+	// while an informer holds objects it cannot write to the file (a
+	// transform returned a type no scheme knows, see
+	// InformerOptions.Scheme): they are served from memory, and the file
+	// stays at the last resourceVersion whose objects it holds
+	// (Health.NotPersisted says which). It is indexer.ErrNotPersisted.
+	ErrNotPersisted = indexer.ErrNotPersisted
 	// ErrClosed means the DB was used after Close.
 	ErrClosed = errors.New("boltinformer: DB is closed")
 	// ErrEncryptionKey means an informer's Keyring (or its absence) does

@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/boltinformer/boltinformer"
-	"github.com/boltinformer/boltinformer/indexer"
 	"github.com/boltinformer/boltinformer/internal/codec"
 	"github.com/boltinformer/boltinformer/internal/testobj"
 	"github.com/boltinformer/boltinformer/recovery/crashtest"
@@ -396,7 +395,7 @@ func TestRegressionUnencodableTypeHoldsTheFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.waitApplied() // served from memory, as client-go would
-	if err := r.inf.Flush(context.Background()); !errors.Is(err, indexer.ErrNotPersisted) {
+	if err := r.inf.Flush(context.Background()); !errors.Is(err, boltinformer.ErrNotPersisted) {
 		t.Fatalf("Flush with an object it cannot persist: %v", err)
 	}
 	if got := r.inf.Indexer().SavedState().ResourceVersion; got != good {
@@ -410,7 +409,7 @@ func TestRegressionUnencodableTypeHoldsTheFile(t *testing.T) {
 	}
 	r.stop()
 	r.stop = nil
-	if err := r.db.Close(); !errors.Is(err, indexer.ErrNotPersisted) {
+	if err := r.db.Close(); !errors.Is(err, boltinformer.ErrNotPersisted) {
 		t.Fatalf("Close: %v", err)
 	}
 	r.db = nil

@@ -1,15 +1,19 @@
 package boltinformer_test
 
 import (
+	"errors"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/boltinformer/boltinformer"
 )
 
 // The public API does not make users import internal layers: the root
@@ -113,6 +117,51 @@ func TestRegressionPublicAPIUsesNoInternalTypes(t *testing.T) {
 	for _, dir := range []string{"recovery/crashtest", "localapi"} {
 		if bad := check(dir, func(p string) bool { return strings.HasPrefix(p, module+"/internal/") }); len(bad) > 0 {
 			t.Errorf("package %s's API names internal/ types:\n\t%s", dir, strings.Join(bad, "\n\t"))
+		}
+	}
+}
+
+// The errors the README tells callers to branch on are the root
+// package's: Open's error for a damaged file with FailOnCorrupt (and the
+// quarantine's cause without it) wrapped store.ErrCorrupt, and Flush's and
+// Close's for objects an informer cannot persist indexer.ErrNotPersisted,
+// with no root counterpart: errors.Is needed an import of the layers below
+// (TestRegressionUnencodableTypeHoldsTheFile checks ErrNotPersisted).
+func TestRegressionRootSentinelsForWhatCallersBranchOn(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cache.db")
+	db, err := boltinformer.Open(path, &boltinformer.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The meta pages alone: the high-water mark does not fit the file.
+	if err := os.Truncate(path, 2*int64(os.Getpagesize())); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := boltinformer.Open(path, &boltinformer.Options{FailOnCorrupt: true, NoSync: true}); !errors.Is(err, boltinformer.ErrCorrupt) {
+		t.Fatalf("Open of a truncated file with FailOnCorrupt: %v, want an error wrapping boltinformer.ErrCorrupt", err)
+	}
+	db, err = boltinformer.Open(path, &boltinformer.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if rep := db.Recovery(); rep.Quarantined == "" || !errors.Is(rep.Cause, boltinformer.ErrCorrupt) {
+		t.Fatalf("Recovery of a truncated file: %+v, want it quarantined with a cause wrapping boltinformer.ErrCorrupt", rep)
+	}
+	// The README names no sentinel of a layer below but in the table of
+	// what was written before.
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	layerError := regexp.MustCompile(`\b(indexer|store|recovery|reflector|processor)\.(Err[A-Z]\w*|\*?\w+Error)\b`)
+	for i, line := range strings.Split(string(readme), "\n") {
+		if m := layerError.FindString(line); m != "" && !strings.HasPrefix(line, "| `errors.Is(err, store.") {
+			t.Errorf("README.md:%d tells callers of %s, a layer below the root package: %s", i+1, m, line)
 		}
 	}
 }
