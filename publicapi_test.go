@@ -36,73 +36,80 @@ func TestRegressionPublicAPIUsesNoInternalTypes(t *testing.T) {
 	}
 	check := func(dir string, forbidden func(path string) bool) []string {
 		fset := token.NewFileSet()
-		pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+		names, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)
 		}
+		files := map[string]*ast.File{}
+		for _, name := range names {
+			if strings.HasSuffix(name, "_test.go") {
+				continue
+			}
+			if files[name], err = parser.ParseFile(fset, name, nil, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
 		var bad []string
-		for _, pkg := range pkgs {
-			for name, file := range pkg.Files {
-				imports := map[string]string{} // local name -> path
-				for _, im := range file.Imports {
-					p, _ := strconv.Unquote(im.Path.Value)
-					local := p[strings.LastIndex(p, "/")+1:]
-					if im.Name != nil {
-						local = im.Name.Name
-					}
-					imports[local] = p
+		for name, file := range files {
+			imports := map[string]string{} // local name -> path
+			for _, im := range file.Imports {
+				p, _ := strconv.Unquote(im.Path.Value)
+				local := p[strings.LastIndex(p, "/")+1:]
+				if im.Name != nil {
+					local = im.Name.Name
 				}
-				report := func(where string, n ast.Node) {
-					if allowed[where] {
-						return
-					}
-					ast.Inspect(n, func(n ast.Node) bool {
-						sel, ok := n.(*ast.SelectorExpr)
-						if !ok {
-							return true
-						}
-						if id, ok := sel.X.(*ast.Ident); ok && forbidden(imports[id.Name]) {
-							bad = append(bad, filepath.Base(name)+": "+where+" uses "+id.Name+"."+sel.Sel.Name)
-						}
+				imports[local] = p
+			}
+			report := func(where string, n ast.Node) {
+				if allowed[where] {
+					return
+				}
+				ast.Inspect(n, func(n ast.Node) bool {
+					sel, ok := n.(*ast.SelectorExpr)
+					if !ok {
 						return true
-					})
-				}
-				for _, d := range file.Decls {
-					switch d := d.(type) {
-					case *ast.FuncDecl:
-						if !d.Name.IsExported() {
+					}
+					if id, ok := sel.X.(*ast.Ident); ok && forbidden(imports[id.Name]) {
+						bad = append(bad, filepath.Base(name)+": "+where+" uses "+id.Name+"."+sel.Sel.Name)
+					}
+					return true
+				})
+			}
+			for _, d := range file.Decls {
+				switch d := d.(type) {
+				case *ast.FuncDecl:
+					if !d.Name.IsExported() {
+						continue
+					}
+					where := d.Name.Name
+					if d.Recv != nil {
+						recv := d.Recv.List[0].Type
+						if star, ok := recv.(*ast.StarExpr); ok {
+							recv = star.X
+						}
+						id, ok := recv.(*ast.Ident)
+						if !ok || !id.IsExported() {
 							continue
 						}
-						where := d.Name.Name
-						if d.Recv != nil {
-							recv := d.Recv.List[0].Type
-							if star, ok := recv.(*ast.StarExpr); ok {
-								recv = star.X
-							}
-							id, ok := recv.(*ast.Ident)
-							if !ok || !id.IsExported() {
+						where = id.Name + "." + where
+					}
+					report(where, d.Type)
+				case *ast.GenDecl:
+					for _, s := range d.Specs {
+						switch s := s.(type) {
+						case *ast.TypeSpec:
+							if !s.Name.IsExported() {
 								continue
 							}
-							where = id.Name + "." + where
-						}
-						report(where, d.Type)
-					case *ast.GenDecl:
-						for _, s := range d.Specs {
-							switch s := s.(type) {
-							case *ast.TypeSpec:
-								if !s.Name.IsExported() {
-									continue
-								}
-								if st, ok := s.Type.(*ast.StructType); ok {
-									for _, f := range st.Fields.List {
-										if len(f.Names) == 0 || f.Names[0].IsExported() {
-											report(s.Name.Name+" field", f.Type)
-										}
+							if st, ok := s.Type.(*ast.StructType); ok {
+								for _, f := range st.Fields.List {
+									if len(f.Names) == 0 || f.Names[0].IsExported() {
+										report(s.Name.Name+" field", f.Type)
 									}
-									continue
 								}
-								report(s.Name.Name, s.Type)
+								continue
 							}
+							report(s.Name.Name, s.Type)
 						}
 					}
 				}
