@@ -51,7 +51,7 @@ commands do for a wrong key.`,
 	}
 	p = addPrintFlags(cmd, formatTable, formatJSON, formatYAML)
 	cmd.Flags().IntVar(&maxProblems, "max-problems", 1000, "stop after this many problems")
-	addProgressFlag(cmd, &progress)
+	addProgressFlag(cmd, &progress, "when stderr is a terminal")
 	return cmd
 }
 
@@ -106,7 +106,7 @@ func (a *app) check(cmd *cobra.Command, path string, keys *encryptionconfig.Conf
 		objects = countObjects(tx)
 		return nil
 	})
-	bar := newProgress(cmd.ErrOrStderr(), progressMode, 2*objects, "check: records")
+	bar := newProgress(cmd.ErrOrStderr(), nil, progressMode, 2*objects, "check: records")
 	probs, err := db.Check(&store.CheckOptions{MaxProblems: maxProblems, OnObject: func() { bar.add(1) }})
 	for _, pr := range probs {
 		// Every problem is corruption: say what, not that.

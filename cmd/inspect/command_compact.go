@@ -34,7 +34,7 @@ part). To use it, stop the agent and move OUT over FILE.`,
 		},
 	}
 	cmd.Flags().Int64Var(&txMaxSize, "tx-max-size", 64<<20, "commit the copy every this many bytes")
-	addProgressFlag(cmd, &progress)
+	addProgressFlag(cmd, &progress, "when stderr is a terminal")
 	return cmd
 }
 
@@ -83,7 +83,7 @@ func (a *app) compact(cmd *cobra.Command, path, out string, txMaxSize int64, pro
 				return nil
 			})
 		})
-		bar := newProgress(cmd.ErrOrStderr(), progressMode, keys, "compact")
+		bar := newProgress(cmd.ErrOrStderr(), nil, progressMode, keys, "compact")
 		err = compactCopy(dst, src, txMaxSize, func() { bar.add(1) })
 		bar.done()
 		if err != nil {

@@ -30,7 +30,8 @@ func (a *app) newExportCommand() *cobra.Command {
 (one object per line, no List), to stdout or to --output-file. Objects carry
 their apiVersion and kind, so the output can be read by kubectl (e.g.
 kubectl apply --dry-run=client -f). A progress bar goes to stderr when it is
-a terminal (--progress=auto) or always (--progress=always).`,
+a terminal and the export does not go to it (--progress=auto: not drawn amid
+the objects on the screen) or always (--progress=always).`,
 		Example: `  inspect export cache.db -o yaml > cache.yaml
   inspect export cache.db v1/pods -o jsonl --output-file pods.jsonl`,
 		Args:              cobra.RangeArgs(1, 2),
@@ -55,7 +56,7 @@ a terminal (--progress=auto) or always (--progress=always).`,
 	}
 	p = addPrintFlags(cmd, formatJSON, formatYAML, formatJSONL)
 	cmd.Flags().StringVar(&o.outputFile, "output-file", "", "write to this file instead of stdout")
-	addProgressFlag(cmd, &o.progress)
+	addProgressFlag(cmd, &o.progress, "when stderr is a terminal and the export does not go to it")
 	addManagedFieldsFlag(cmd, &o.showManagedFields)
 	return cmd
 }
@@ -117,7 +118,7 @@ func (a *app) export(cmd *cobra.Command, path, informer string, o *exportOptions
 				return err
 			}
 		}
-		bar := newProgress(cmd.ErrOrStderr(), o.progress, total, "export")
+		bar := newProgress(cmd.ErrOrStderr(), out, o.progress, total, "export")
 		lw := newListWriter(out, p.output, rv, o.showManagedFields)
 		var envelopes, failed int
 		for _, inf := range infs {

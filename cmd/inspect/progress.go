@@ -12,9 +12,9 @@ import (
 )
 
 // addProgressFlag adds --progress to a long command (export, compact,
-// check).
-func addProgressFlag(cmd *cobra.Command, mode *string) {
-	cmd.Flags().StringVar(mode, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always, never")
+// check); auto says when auto draws the bar.
+func addProgressFlag(cmd *cobra.Command, mode *string, auto string) {
+	cmd.Flags().StringVar(mode, "progress", "auto", "progress bar on stderr: auto ("+auto+"), always, never")
 }
 
 func checkProgressFlag(mode string) error {
@@ -26,21 +26,23 @@ func checkProgressFlag(mode string) error {
 }
 
 // progress is a progress bar on stderr (github.com/schollz/progressbar),
-// drawn when stderr is a terminal (--progress auto), always or never; a
-// bar not drawn does nothing. Its methods are called from the command's
-// goroutine only.
+// drawn when stderr is a terminal and the command's output is not
+// (--progress auto), always or never; a bar not drawn does nothing. Its
+// methods are called from the command's goroutine only.
 type progress struct {
 	bar *progressbar.ProgressBar // nil: not drawn
 	w   io.Writer
 }
 
-// newProgress returns a bar of total units described as what (none for
-// total 0: nothing to show).
-func newProgress(w io.Writer, mode string, total int64, what string) *progress {
+// newProgress returns a bar on w of total units described as what (none
+// for total 0: nothing to show). out is where the command writes while
+// the bar runs (export's stdout), or nil: when it is a terminal too, auto
+// draws no bar, which would be drawn amid the output on the same screen
+// (as curl shows no progress meter when it writes to the terminal).
+func newProgress(w, out io.Writer, mode string, total int64, what string) *progress {
 	on := mode == "always"
 	if mode == "auto" {
-		f, ok := w.(*os.File)
-		on = ok && term.IsTerminal(int(f.Fd()))
+		on = isTerminal(w) && (out == nil || !isTerminal(out))
 	}
 	if !on || total <= 0 {
 		return &progress{}
@@ -88,4 +90,10 @@ func (p *progress) done() {
 		_ = p.bar.Exit()
 	}
 	fmt.Fprintln(p.w)
+}
+
+// isTerminal reports whether w is a file open on a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
