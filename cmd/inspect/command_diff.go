@@ -105,6 +105,7 @@ API that does not answer or does not serve a resource).`,
 	cmd.Flags().DurationVar(&o.requestTimeout, "request-timeout", 30*time.Second, "bound of each request to a live API")
 	addManagedFieldsFlag(cmd, &o.showManagedFields)
 	p = addPrintFlags(cmd, formatTable, formatJSON, formatYAML)
+	a.registerDiffCompletions(cmd)
 	return cmd
 }
 

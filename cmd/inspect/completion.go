@@ -131,6 +131,52 @@ func completeOutput(cmd *cobra.Command, _ []string, toComplete string) ([]string
 	return out, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
 }
 
+// registerDiffCompletions completes diff's --informer (the informers of
+// FILE, but those already given) and -n (the namespaces of FILE's objects,
+// in the --informer informers when given).
+func (a *app) registerDiffCompletions(cmd *cobra.Command) {
+	_ = cmd.RegisterFlagCompletionFunc("informer", func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		if len(args) < 1 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		given, _ := cmd.Flags().GetStringArray("informer")
+		var out []string
+		for _, cand := range a.informerCandidates(args[0], toComplete) {
+			if !contains(given, cand) {
+				out = append(out, cand)
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	})
+	_ = cmd.RegisterFlagCompletionFunc("namespace", func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		if len(args) < 1 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		given, _ := cmd.Flags().GetStringArray("informer")
+		seen := map[string]bool{}
+		a.completionView(args[0], func(tx *store.Tx) {
+			infs := tx.Informers()
+			if len(given) > 0 {
+				infs = nil
+				for _, g := range given {
+					if inf, err := resolveInformer(tx, g); err == nil {
+						infs = append(infs, inf)
+					}
+				}
+			}
+			for _, inf := range infs {
+				_ = tx.ForEachRaw(inf, func(key string, _ []byte) error {
+					if ns, _, ok := strings.Cut(key, "/"); ok && strings.HasPrefix(ns, toComplete) {
+						seen[ns] = true
+					}
+					return nil
+				})
+			}
+		})
+		return sortedKeys(seen), cobra.ShellCompDirectiveNoFileComp
+	})
+}
+
 // completionView runs fn over the file at path, or does nothing when it
 // does not open (completion has no place for errors).
 func (a *app) completionView(path string, fn func(tx *store.Tx)) {

@@ -45,3 +45,25 @@ func TestCompletion(t *testing.T) {
 		t.Errorf("completion bash: %.200s", stdout)
 	}
 }
+
+// diff's --informer and -n completed nothing (the shell offered file
+// names): they complete from FILE as get's INFORMER and -n do.
+func TestRegressionDiffCompletion(t *testing.T) {
+	path := fixture(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"complete-diff-informer-flag", []string{"diff", path, path, "--informer", "pods", "--informer", ""}},
+		{"complete-diff-namespace-flag", []string{"diff", path, "--socket", "api.sock", "--informer", "po", "-n", ""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, _ := mustRun(t, 0, append([]string{"__complete"}, tc.args...)...)
+			golden(t, tc.name, stdout)
+		})
+	}
+	// Every namespace of the file without --informer.
+	if stdout, _ := mustRun(t, 0, "__complete", "diff", path, "-n", "p"); stdout != "prod\n:4\n" {
+		t.Errorf("diff -n p: %q", stdout)
+	}
+}
