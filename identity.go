@@ -212,6 +212,24 @@ func isOffline(err error) bool {
 		return true
 	case utilnet.IsConnectionRefused(err), utilnet.IsConnectionReset(err), utilnet.IsProbableEOF(err):
 		return true
+	case isServerClosedIdle(err):
+		return true
+	}
+	return false
+}
+
+// serverClosedIdle is the text of net/http's errServerClosedIdle
+// (unexported): the peer closed a new connection before the request was
+// on it, which net/http does not retry on a fresh connection.
+const serverClosedIdle = "http: server closed idle connection"
+
+// isServerClosedIdle reports whether err is, or wraps, net/http's
+// errServerClosedIdle: an error in err's chain whose whole text is it.
+func isServerClosedIdle(err error) bool {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if e.Error() == serverClosedIdle {
+			return true
+		}
 	}
 	return false
 }
