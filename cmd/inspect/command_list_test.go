@@ -142,7 +142,7 @@ func TestListErrors(t *testing.T) {
 	}
 	// A wrong key: the envelopes, then the error.
 	stdout, stderr := mustRun(t, exitFailure, "list", path, "secrets", "-o", "name", "--key-file", keyFile(t, wrongKey))
-	if stdout != "record.inspect.boltinformer.io/api-token\nrecord.inspect.boltinformer.io/db\n" ||
+	if stdout != "secret/api-token\nsecret/db\n" ||
 		!strings.HasPrefix(stderr, `inspect: informer "v1/secrets": object "prod/api-token" does not decrypt with key "k1" of --key-file: wrong key`+"\n"+
 			`inspect: informer "v1/secrets": object "prod/db" does not decrypt`) {
 		t.Errorf("wrong key: stdout %q\nstderr %q", stdout, stderr)
@@ -159,9 +159,29 @@ func TestListErrors(t *testing.T) {
 	// A payload that does not decode: listed as its envelope, exit 2.
 	bad := withGarbagePayload(t)
 	stdout, stderr = mustRun(t, exitCorrupt, "list", bad, "pods", "-n", "ns-0", "-o", "name")
-	if stdout != "record.inspect.boltinformer.io/bad-payload\npod/pod-000000\npod/pod-000003\n" ||
+	if stdout != "pod/bad-payload\npod/pod-000000\npod/pod-000003\n" ||
 		!strings.Contains(stderr, `warning: object "ns-0/bad-payload": payload does not decode: `) ||
 		!strings.HasSuffix(stderr, "inspect: 1 object(s) have payloads that do not decode; run inspect check "+bad+"\n") {
 		t.Errorf("stdout %q\nstderr %q", stdout, stderr)
+	}
+}
+
+// -o name printed an envelope as what inspect printed, the envelope
+// (record.inspect.boltinformer.io/db), not as the object it holds: the
+// names of Secrets listed without their key were of no use to kubectl.
+// They are the objects' now, as kubectl names them.
+func TestRegressionEnvelopeNamesAreTheObjects(t *testing.T) {
+	path := fixture(t)
+	for _, tc := range []struct {
+		args         []string
+		stdout, warn string
+	}{
+		{[]string{"secrets"}, "secret/api-token\nsecret/db\n", secretsWarning},
+		{[]string{"gadgets", "edge/gadget-0"}, "gadget.example.com/gadget-0\n", "warning: object \"edge/gadget-0\" printed as its envelope: "},
+	} {
+		stdout, stderr := mustRun(t, 0, append(append([]string{"get", path}, tc.args...), "-o", "name")...)
+		if stdout != tc.stdout || !strings.HasPrefix(stderr, tc.warn) {
+			t.Errorf("get %v -o name: stdout %q, stderr %q; want %q, a warning", tc.args, stdout, stderr, tc.stdout)
+		}
 	}
 }

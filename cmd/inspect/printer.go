@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/yaml"
@@ -224,7 +225,10 @@ func (p *printFlags) resourcePrinter() (printers.ResourcePrinter, error) {
 // namePrinter is cli-runtime's NamePrinter (kind[.group]/name), which
 // fails on an object without a kind: such an object (a JSON payload that
 // does not say its kind, of an informer whose kind the file does not say)
-// prints as object/name.
+// prints as object/name. An envelope (an object encrypted without its key,
+// or of a type inspect does not know) prints as the object it holds
+// (secret/db, gadget.example.com/gadget-0), as kubectl names it, when its
+// record says its kind.
 type namePrinter struct{}
 
 func (namePrinter) PrintObj(obj runtime.Object, w io.Writer) error {
@@ -240,7 +244,30 @@ func (namePrinter) PrintObj(obj runtime.Object, w io.Writer) error {
 		_, err := fmt.Fprintf(w, "object/%s\n", u.GetName())
 		return err
 	}
+	if u, ok := obj.(*unstructured.Unstructured); ok && u.GetAPIVersion() == envelopeAPIVersion && u.GetKind() == envelopeKind {
+		if gvk, ok := envelopeObjectKind(u); ok {
+			held := &unstructured.Unstructured{}
+			held.SetGroupVersionKind(gvk)
+			held.SetName(u.GetName())
+			obj = held
+		}
+	}
 	return (&printers.NamePrinter{}).PrintObj(obj, w)
+}
+
+// envelopeObjectKind is the kind of the object an envelope holds, from its
+// objectKind ("example.com/v1, Kind=Gadget", "/v1, Kind=Secret").
+func envelopeObjectKind(u *unstructured.Unstructured) (schema.GroupVersionKind, bool) {
+	s, _, _ := unstructured.NestedString(u.Object, "objectKind")
+	gv, kind, ok := strings.Cut(s, ", Kind=")
+	if !ok || kind == "" {
+		return schema.GroupVersionKind{}, false
+	}
+	v, err := schema.ParseGroupVersion(strings.TrimPrefix(gv, "/"))
+	if err != nil || v.Version == "" {
+		return schema.GroupVersionKind{}, false
+	}
+	return v.WithKind(kind), true
 }
 
 // table is rows of cells printed in columns like kubectl's (cli-runtime's
