@@ -3,6 +3,7 @@ package indexer
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sort"
 
@@ -22,6 +23,10 @@ type indexSet struct {
 	indexers cache.Indexers
 	// byName[name][value] is the set of keys.
 	byName map[string]map[string]sets.Set[string]
+	// keyTried and keyChecked, aligned with names, are the check of the
+	// loaded values of an index whose values follow from the keys
+	// (checkByKey, verify.go): tried once, and whether it confirmed them.
+	keyTried, keyChecked []bool
 }
 
 // validIndexers rejects index names the store cannot hold.
@@ -48,7 +53,28 @@ func newIndexSet(indexers cache.Indexers) *indexSet {
 		s.funcs = append(s.funcs, s.indexers[name])
 		s.byName[name] = map[string]sets.Set[string]{}
 	}
+	s.keyTried = make([]bool, len(s.names))
+	s.keyChecked = make([]bool, len(s.names))
 	return s
+}
+
+// position returns the position of the index name in s.names, or -1.
+func (s *indexSet) position(name string) int {
+	i, ok := slices.BinarySearch(s.names, name)
+	if !ok {
+		return -1
+	}
+	return i
+}
+
+// metaNamespaceIndexFunc is the code of client-go's MetaNamespaceIndexFunc.
+var metaNamespaceIndexFunc = reflect.ValueOf(cache.MetaNamespaceIndexFunc).Pointer()
+
+// isMetaNamespaceIndexFunc reports whether f is client-go's
+// MetaNamespaceIndexFunc itself (a function without state: the same code
+// is the same function), whose only value for an object is its namespace.
+func isMetaNamespaceIndexFunc(f cache.IndexFunc) bool {
+	return f != nil && reflect.ValueOf(f).Pointer() == metaNamespaceIndexFunc
 }
 
 // compute runs every index function on obj. vals is always complete: a

@@ -858,10 +858,11 @@ func (x *Indexer) noIndex(name string) error {
 
 // Index returns the objects that share a value with obj in the named index
 // (the index function runs on obj, which may be a probe object). After a
-// warm load it first waits until the loaded index values are verified
-// (IndexesVerified).
+// warm load it first waits until the index's loaded values are verified
+// (at once for the namespace index, whose values the keys confirm; for
+// the others, IndexesVerified).
 func (x *Indexer) Index(indexName string, obj any) ([]any, error) {
-	if err := x.waitIndexes(); err != nil {
+	if err := x.waitIndex(indexName); err != nil {
 		return nil, err
 	}
 	x.mu.RLock()
@@ -962,10 +963,10 @@ func (x *Indexer) fillForRead() {
 }
 
 // IndexKeys returns the keys of the objects having indexedValue in the
-// named index, sorted. After a warm load it first waits until the loaded
-// index values are verified (IndexesVerified).
+// named index, sorted. After a warm load it first waits until the index's
+// loaded values are verified (as Index does).
 func (x *Indexer) IndexKeys(indexName, indexedValue string) ([]string, error) {
-	if err := x.waitIndexes(); err != nil {
+	if err := x.waitIndex(indexName); err != nil {
 		return nil, err
 	}
 	x.mu.RLock()
@@ -977,11 +978,11 @@ func (x *Indexer) IndexKeys(indexName, indexedValue string) ([]string, error) {
 }
 
 // ListIndexFuncValues returns the values present in the named index.
-// After a warm load it first waits until the loaded index values are
-// verified (IndexesVerified); if that fails (the file cannot be read), the
+// After a warm load it first waits until the index's loaded values are
+// verified (as Index does); if that fails (the file cannot be read), the
 // error is logged and the values memory holds are returned.
 func (x *Indexer) ListIndexFuncValues(indexName string) []string {
-	if err := x.waitIndexes(); err != nil {
+	if err := x.waitIndex(indexName); err != nil {
 		x.logger.Error(err, "Index values not verified", "index", indexName)
 	}
 	x.mu.RLock()
@@ -995,10 +996,10 @@ func (x *Indexer) ListIndexFuncValues(indexName string) []string {
 }
 
 // ByIndex returns the objects having indexedValue in the named index.
-// After a warm load it first waits until the loaded index values are
-// verified (IndexesVerified).
+// After a warm load it first waits until the index's loaded values are
+// verified (as Index does).
 func (x *Indexer) ByIndex(indexName, indexedValue string) ([]any, error) {
-	if err := x.waitIndexes(); err != nil {
+	if err := x.waitIndex(indexName); err != nil {
 		return nil, err
 	}
 	x.mu.RLock()

@@ -3,7 +3,9 @@ package indexer
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -26,8 +28,20 @@ import (
 //
 // Until every item is checked, the index reads (IndexKeys, ByIndex, Index,
 // ListIndexFuncValues) cannot know which objects the current functions put
-// under a value: they finish the pass first (waitIndexes), as List waits
+// under a value: they finish the pass first (waitIndex), as List waits
 // for the fill. Reads by key (GetByKey, ListKeys, Len) do not wait.
+//
+// One index is checked without decoding anything: client-go's
+// MetaNamespaceIndexFunc (the "namespace" index of every generated lister
+// and informer factory), whose one value is the object's namespace, which
+// the key names (the default key function's namespace/name; a decode
+// checks that a record's key is its object's, checkEnvelope). The first
+// read of such an index compares every unchecked item's loaded values
+// with its key's namespace (checkByKey): if they all agree, the index is
+// right for every object and its reads stop waiting; if one does not, it
+// is fixed by the pass like any other and its reads wait for it. It
+// relies on what client-go's keys rely on: a name has no '/' (the API
+// server refuses one), so the key's namespace is the object's.
 
 // IndexesVerified returns a channel closed once the index values of every
 // object loaded from the file have been compared with the index functions'
@@ -35,6 +49,69 @@ import (
 // changed under the same name) are then fixed in memory and queued for
 // rewriting. Index reads wait for it.
 func (x *Indexer) IndexesVerified() <-chan struct{} { return x.verified }
+
+// waitIndex returns once the values of the index name are the current
+// function's for every object: at once for an index whose loaded values
+// the keys confirm (checkByKey), else once no loaded item is unchecked
+// (waitIndexes).
+func (x *Indexer) waitIndex(name string) error {
+	x.mu.RLock()
+	done := x.uncheckedN == 0
+	if !done {
+		if i := x.idx.position(name); i < 0 || x.idx.keyChecked[i] {
+			done = true // no such index (the read says so), or confirmed
+		}
+	}
+	x.mu.RUnlock()
+	if done || x.checkByKey(name) {
+		return nil
+	}
+	return x.waitIndexes()
+}
+
+// checkByKey checks the loaded values of the index name against the keys
+// of the unchecked items, if its function is MetaNamespaceIndexFunc and
+// the keys are the default key function's, once per index set; it
+// reports whether they agree (the index is then right for every object).
+// Only a pass over the items: nothing is decoded.
+func (x *Indexer) checkByKey(name string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.uncheckedN == 0 {
+		return true
+	}
+	s := x.idx
+	i := s.position(name)
+	if i < 0 || s.keyChecked[i] {
+		return true
+	}
+	if s.keyTried[i] || !x.defaultKeyFunc || !isMetaNamespaceIndexFunc(s.funcs[i]) {
+		return false
+	}
+	s.keyTried[i] = true
+	want := make([]string, 1)
+	for key, it := range x.items {
+		if !it.unchecked {
+			continue // its values are the current functions'
+		}
+		if !slices.Equal(it.valNames, s.names) {
+			return false
+		}
+		var got []string
+		if i < len(it.vals) {
+			got = it.vals[i]
+		}
+		want[0] = ""
+		if ns, _, ok := strings.Cut(key, "/"); ok {
+			want[0] = ns
+		}
+		if !sameValueSet(got, want) {
+			return false
+		}
+	}
+	s.keyChecked[i] = true
+	return true
+}
 
 // waitIndexes returns once no loaded item is unchecked, running the rest
 // of the verification pass itself when the background one has not done it
