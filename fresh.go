@@ -203,8 +203,8 @@ func (s *Informer) runFresh(ctx context.Context) {
 	case <-s.loaded.ch:
 	case <-s.fresh.ch:
 	}
-	if s.fresh.reached() {
-		return
+	if s.fresh.reached() || s.awaitBookmark(ctx) {
+		return // fresh, possibly at the first bookmark (fresh_bookmark.go)
 	}
 	switch {
 	case s.metadata == nil:
@@ -261,6 +261,9 @@ func (s *Informer) runFresh(ctx context.Context) {
 			s.freshSt.pending.Store(int64(plan.Pending()))
 		}
 	}
+	if errors.Is(err, reflector.ErrOtherTimeline) {
+		s.stopBookmarkFresh() // under blockDeltas: no bookmark after the verdict
+	}
 	s.blockDeltas.Unlock()
 	switch {
 	case errors.Is(err, reflector.ErrOtherTimeline):
@@ -296,8 +299,20 @@ func (s *Informer) freshFallback(ctx context.Context, why string) {
 	case <-s.fresh.ch:
 	case <-s.resume.Resumed():
 		s.blockDeltas.Lock()
-		s.markFreshLocked("")
+		other := s.counters.otherTimeline.Load() > 0
+		if !other {
+			s.markFreshLocked("")
+		}
 		s.blockDeltas.Unlock()
+		if other {
+			// The server's history is not the cache's (a bookmark behind
+			// the resume point): the relist of its latest state makes the
+			// informer fresh.
+			select {
+			case <-ctx.Done():
+			case <-s.fresh.ch:
+			}
+		}
 	}
 }
 
@@ -399,6 +414,9 @@ func (s *Informer) partialRelist(ctx context.Context, _ metav1.ListOptions) (run
 	s.indexer.Versions(func(applied string, objects iter.Seq2[string, string]) {
 		plan, err = reflector.Plan(list, metaKey, applied, objects)
 	})
+	if errors.Is(err, reflector.ErrOtherTimeline) {
+		s.stopBookmarkFresh() // under blockDeltas: no bookmark after the verdict
+	}
 	s.blockDeltas.Unlock()
 	switch {
 	case errors.Is(err, reflector.ErrOtherTimeline):

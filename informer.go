@@ -151,6 +151,30 @@ type InformerOptions struct {
 	// being fresh (the server unreachable), HasSynced reports true and the
 	// cache serves what it loaded (Health.Stale). 0 waits for Fresh.
 	FreshTimeout time.Duration
+	// FreshBookmarkWait, with SyncAfterFresh, makes a warm start fresh by
+	// a bookmark on the resumed watch, when one comes within this long,
+	// instead of by a metadata list of every object: a bookmark says that
+	// every event before its resourceVersion has been sent. Once its watch
+	// is accepted, the informer lists one object's metadata (Metadata with
+	// Limit 1: a consistent read at the server's current resourceVersion R,
+	// which also moves kube-apiserver's watch cache to R), and is fresh at
+	// the first bookmark or watch event at or after R (at once when it has
+	// applied exactly R: nothing changed). kube-apiserver sends a bookmark
+	// 2 s before a watch's deadline, so until it is fresh the informer's
+	// watches have a 3 s timeout: the bookmark comes about a second in. It
+	// costs the server one object and the watch, where the metadata list of
+	// every object costs about as much of its CPU as a cold start
+	// (docs/BENCHMARKS.md, "controller-runtime"). Without Metadata, any
+	// bookmark on the resumed watch makes it fresh. It hands over to the
+	// metadata list when no bookmark comes in time, when R is behind the
+	// cache or the object read is older than the cache's copy (another
+	// history: the list finds it and relists), or when resourceVersions do
+	// not compare; after a 410 or a relist the informer asked for, the
+	// relist decides. It cannot tell a cluster restored from an etcd backup
+	// without a bumped revision and written past the file from the file's
+	// own history (README, "Loaded, Fresh, Live"). 0, the default, lists
+	// metadata at once.
+	FreshBookmarkWait time.Duration
 	// Memory is FullMemory (default) or BoundedMemory, with CacheSize
 	// decoded objects in the bounded LRU (0: DefaultCacheSize, 1024).
 	Memory    MemoryMode
@@ -199,6 +223,8 @@ type Informer struct {
 	partialRatio        float64
 	partial             atomic.Pointer[partialAnswer] // the next ReplacedAll is a partial relist
 	freshTimeout        time.Duration
+	bookmarkWait        time.Duration // FreshBookmarkWait
+	bookmark            bookmarkState // fresh_bookmark.go
 	freshSt             freshState
 	// downDeletes are the deletes applied before a warm start was fresh,
 	// replayed to late handlers (ReplayDownDeletes); guarded by
@@ -398,6 +424,8 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		getter:                          o.Getter,
 		partialRatio:                    cmp.Or(o.PartialRelistRatio, DefaultPartialRelistRatio),
 		freshTimeout:                    o.FreshTimeout,
+		bookmarkWait:                    o.FreshBookmarkWait,
+		bookmark:                        bookmarkState{started: make(chan struct{}, 1)},
 		replayDeletes:                   o.ReplayDownDeletes,
 		loaded:                          newMoment("loaded"),
 		fresh:                           newMoment("fresh"),
@@ -550,7 +578,11 @@ func (s *Informer) start(ctx context.Context) (bool, error) {
 		ropts.Snapshot = func() []runtime.Object { return nil }
 		ropts.OnDiskAnswer = func() { s.diskAnswer.Store(true) }
 	}
-	s.resume = reflector.New(s.lw, ropts)
+	lw := s.lw
+	if s.decision.Warm && s.bookmarkFresh() {
+		lw = &shortWatches{ListerWatcher: s.lw, until: s.fresh.ch, st: &s.bookmark}
+	}
+	s.resume = reflector.New(lw, ropts)
 	s.resumePtr.Store(s.resume)
 	if s.relistWanted.Load() {
 		s.resume.RequestRelist()
@@ -654,6 +686,7 @@ func (s *Informer) onUndecodable(n int) {
 			s.damageCopy.Store(&cp.Path)
 		}
 	}
+	s.stopBookmarkFresh()
 	s.relistWanted.Store(true)
 	if r := s.resumePtr.Load(); r != nil {
 		r.RequestRelist()
@@ -989,6 +1022,7 @@ func (s *Informer) processDeltasLocked(deltas cache.Deltas, isInInitialList bool
 				s.notifyObjectLocked(ChangeUpsert, obj)
 			}
 			s.observeDeltaLocked(d)
+			s.eventFreshLocked(obj)
 		case cache.Deleted:
 			if err := s.indexer.Delete(obj); err != nil {
 				return err
@@ -996,6 +1030,9 @@ func (s *Informer) processDeltasLocked(deltas cache.Deltas, isInInitialList bool
 			s.notifyObjectLocked(ChangeDelete, obj)
 			s.distributeDeleteLocked(processor.DeleteNotification{Old: obj})
 			s.observeDeltaLocked(d)
+			if _, tomb := obj.(cache.DeletedFinalStateUnknown); !tomb {
+				s.eventFreshLocked(obj)
+			}
 		case cache.Bookmark:
 			info, ok := obj.(cache.BookmarkInfo)
 			if !ok {
@@ -1004,6 +1041,7 @@ func (s *Informer) processDeltasLocked(deltas cache.Deltas, isInInitialList bool
 			s.indexer.Bookmark(info.ResourceVersion)
 			s.notifyLocked(Change{Type: ChangeBookmark, ResourceVersion: info.ResourceVersion})
 			s.observeProgressLocked(info.ResourceVersion)
+			s.bookmarkFreshLocked(info.ResourceVersion)
 		}
 	}
 	return nil

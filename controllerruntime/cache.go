@@ -32,6 +32,9 @@ import (
 // minutes), after which a controller gives up.
 const DefaultFreshTimeout = 30 * time.Second
 
+// DefaultFreshBookmarkWait is Options.FreshBookmarkWait's default.
+const DefaultFreshBookmarkWait = 5 * time.Second
+
 // removeWait bounds how long RemoveInformer waits for a removed informer's
 // Run to return (it stops its reflector and handlers and flushes).
 const removeWait = 30 * time.Second
@@ -56,6 +59,14 @@ type Options struct {
 	// FreshTimeout bounds the wait for Fresh; 0 means DefaultFreshTimeout,
 	// negative waits as long as it takes.
 	FreshTimeout time.Duration
+	// FreshBookmarkWait: a warm-started informer is fresh at the server's
+	// first bookmark on its resumed watch (1 to 2.25 s in, at no cost to
+	// the server) when one comes within this long, else by a metadata
+	// list of its scope (boltinformer.InformerOptions.FreshBookmarkWait).
+	// 0 means DefaultFreshBookmarkWait; negative lists metadata at once (a
+	// consistent read, faster on small collections, but about as much of
+	// the server's CPU as a cold start).
+	FreshBookmarkWait time.Duration
 	// NoReplayDownDeletes turns off the delete requests for objects
 	// deleted while the operator was down (see the package doc).
 	NoReplayDownDeletes bool
@@ -97,6 +108,7 @@ type Cache struct {
 	meta     metadata.Interface
 	cluster  string
 	freshFor time.Duration
+	bookmark time.Duration // FreshBookmarkWait, 0 for none
 
 	// failed is closed, with failErr set, when the file fails an informer.
 	failOnce sync.Once
@@ -164,6 +176,12 @@ func New(db *boltinformer.DB, config *rest.Config, copts cache.Options, opts *Op
 		c.freshFor = DefaultFreshTimeout
 	case o.FreshTimeout > 0:
 		c.freshFor = o.FreshTimeout
+	}
+	switch {
+	case o.FreshBookmarkWait == 0:
+		c.bookmark = DefaultFreshBookmarkWait
+	case o.FreshBookmarkWait > 0:
+		c.bookmark = o.FreshBookmarkWait
 	}
 	// The informers' requests go through scopeTransport (scope.go).
 	hc := *copts.HTTPClient

@@ -238,6 +238,7 @@ func (s *Informer) informerOptions(logger logr.Logger) *boltinformer.InformerOpt
 		TransformID:       s.transformID,
 		SyncPolicy:        boltinformer.SyncAfterFresh,
 		FreshTimeout:      c.freshFor,
+		FreshBookmarkWait: c.bookmark,
 		Metadata:          s.metadataLister(),
 		Getter:            s.exactGetter(),
 		ReplayDownDeletes: !c.opts.NoReplayDownDeletes,

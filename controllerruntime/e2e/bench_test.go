@@ -85,7 +85,14 @@ func benchChild() error {
 		if err != nil {
 			return err
 		}
-		opts.NewCache = boltcr.NewCache(db, &boltcr.Options{SyncAfterDiskLoad: os.Getenv("BENCH_POLICY") == "diskload"})
+		bopts := &boltcr.Options{}
+		switch os.Getenv("BENCH_POLICY") {
+		case "diskload":
+			bopts.SyncAfterDiskLoad = true
+		case "fresh-list":
+			bopts.FreshBookmarkWait = -1 // Fresh by a metadata list
+		}
+		opts.NewCache = boltcr.NewCache(db, bopts)
 	}
 	mgr, err := ctrl.NewManager(cfg, opts)
 	if err != nil {
@@ -386,6 +393,7 @@ func TestBenchmarkStartup(t *testing.T) {
 				runs                    []benchRun
 			}
 			vs := []*variant{{name: "stock controller-runtime"}, {name: "boltcr warm (Fresh)", cachePath: path, policy: "fresh"},
+				{name: "boltcr warm (Fresh by metadata list)", cachePath: path, policy: "fresh-list"},
 				{name: "boltcr warm (disk load)", cachePath: path, policy: "diskload"}}
 			cold := runBenchChild(t, p, kc, kind, ns, n, path, "fresh", idle)
 			logRun(t, kind, n, "boltcr cold", cold)
@@ -396,14 +404,15 @@ func TestBenchmarkStartup(t *testing.T) {
 					v.runs = append(v.runs, r)
 				}
 			}
-			stock, fresh, disk := medianRun(vs[0].runs), medianRun(vs[1].runs), medianRun(vs[2].runs)
+			stock, fresh, freshList, disk := medianRun(vs[0].runs), medianRun(vs[1].runs), medianRun(vs[2].runs), medianRun(vs[3].runs)
 			for _, v := range vs {
 				logRun(t, kind, n, v.name+" (median)", medianRun(v.runs))
 			}
 			for _, row := range []struct {
 				name string
 				r    benchRun
-			}{{"stock controller-runtime", stock}, {"boltcr cold", cold}, {"boltcr warm, Fresh", fresh}, {"boltcr warm, disk load", disk}} {
+			}{{"stock controller-runtime", stock}, {"boltcr cold", cold}, {"boltcr warm, Fresh (bookmark)", fresh},
+				{"boltcr warm, Fresh by metadata list", freshList}, {"boltcr warm, disk load", disk}} {
 				fmt.Fprintf(&report, "| %d %s | %s | %s | %s | %s | %s | %d / %d | %s | %s | %s |\n", n, kind, row.name,
 					row.r.Synced.Round(time.Millisecond), row.r.Reconciled.Round(time.Millisecond), row.r.APIServerCPU.Round(time.Millisecond),
 					mib(row.r.Traffic.Bytes), row.r.Traffic.FullLists, row.r.Traffic.MetadataLists,

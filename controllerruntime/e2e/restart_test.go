@@ -160,8 +160,10 @@ func TestRegressionDownDeletesReachReconcilers(t *testing.T) {
 	if tr.FullLists != 0 {
 		t.Errorf("the warm restart listed ConfigMaps in full %d times: %v", tr.FullLists, p.since(mark))
 	}
-	if tr.MetadataLists == 0 {
-		t.Errorf("the warm restart made no metadata list (Fresh)")
+	for _, inf := range second.cache.Informers() {
+		if h := inf.Persistent().Health(); !h.Fresh || h.FreshResourceVersion == "" {
+			t.Errorf("informer %s: %+v, want fresh at a known resourceVersion", inf.Name(), h)
+		}
 	}
 	if _, err := cs.CoreV1().ConfigMaps(ns).Get(context.Background(), derive.Derived(source(ns, c.deleted[0], 0)).Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("derived object of a deleted source: %v, want NotFound", err)

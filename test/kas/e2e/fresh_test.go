@@ -8,10 +8,12 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientfeatures "k8s.io/client-go/features"
 	clientfeaturestesting "k8s.io/client-go/features/testing"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/boltinformer/boltinformer"
@@ -178,8 +180,19 @@ func TestFreshResume(t *testing.T) {
 // taken before the agent's last run, so the saved resourceVersion is in
 // the server's future. The warm start sees the server behind its cache,
 // relists over it, and is fresh with the restored state (objects created
-// after the backup are deleted, changed ones go back).
+// after the backup are deleted, changed ones go back); fresh by the
+// metadata list and fresh by a bookmark (FreshBookmarkWait) alike.
 func TestFreshRestoredCluster(t *testing.T) {
+	t.Run("metadata-list", func(t *testing.T) { testFreshRestoredCluster(t, 0) })
+	t.Run("bookmark", func(t *testing.T) { testFreshRestoredCluster(t, 5*time.Second) })
+}
+
+func testFreshRestoredCluster(t *testing.T, bookmarkWait time.Duration) {
+	freshAgentOptions := func(ns string) *boltinformer.FactoryOptions {
+		o := freshAgentOptions(ns)
+		o.Informer.FreshBookmarkWait = bookmarkWait
+		return o
+	}
 	cl, err := harness.Start(t, &harness.Options{EtcdUnsafeNoFsync: true})
 	if err != nil {
 		t.Fatal(err)
@@ -257,4 +270,134 @@ func TestFreshRestoredCluster(t *testing.T) {
 		t.Fatalf("handler deletes: %d, want the 50 created after the backup", len(ev.snapshot().dels))
 	}
 	t.Logf("restored: file at %s, server at %s; requests %v", saved, list.ResourceVersion, a2.rec.listWatch("configmaps"))
+}
+
+// TestFreshBookmarkResume: with FreshBookmarkWait, a warm restart after
+// changes, creates and deletes made while it was down is synced exactly
+// when its cache equals the server's state, by one read of one object's
+// metadata (Limit 1) and a bookmark of the resumed watch (a write in
+// another namespace moved the server past the scope's last event): no
+// LIST, no metadata list of every object. A lease renewed every 2 s stands
+// for a live cluster's leader elections: on a cluster where nothing at all
+// is written, kube-apiserver's watch cache never moves past the watch's
+// start and sends no bookmark (the informer then lists metadata after
+// FreshBookmarkWait).
+func TestFreshBookmarkResume(t *testing.T) {
+	ctx := t.Context()
+	c := newChecker(t)
+	ns, other := c.namespace(t, "bookmark"), c.namespace(t, "elsewhere")
+	heartbeat(t, c.cs, other, 2*time.Second)
+	cms := c.cs.CoreV1().ConfigMaps(ns)
+	const n = 300
+	if err := parallel(ctx, n, 16, func(ctx context.Context, i int) error {
+		_, err := cms.Create(ctx, configMap(ns, fmt.Sprintf("cm-%05d", i), 0), metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	opts := func() *boltinformer.FactoryOptions {
+		o := freshAgentOptions(ns)
+		o.Informer.FreshBookmarkWait = 10 * time.Second
+		return o
+	}
+	path := cachePath(t)
+	a := newAgent(t, path, opts())
+	if _, err := a.factory.PersistentInformer(&corev1.ConfigMap{}); err != nil {
+		t.Fatal(err)
+	}
+	a.start()
+	a.waitSynced(2 * time.Minute)
+	a.stop()
+	for round, changes := range []int{0, 10} {
+		t.Run(fmt.Sprintf("changes=%d", changes), func(t *testing.T) {
+			if err := parallel(ctx, changes, 8, func(ctx context.Context, i int) error {
+				if _, err := cms.Create(ctx, configMap(ns, fmt.Sprintf("new-%d-%05d", round, i), round), metav1.CreateOptions{}); err != nil {
+					return err
+				}
+				if _, err := cms.Update(ctx, configMap(ns, fmt.Sprintf("cm-%05d", i), round+1), metav1.UpdateOptions{}); err != nil {
+					return err
+				}
+				return cms.Delete(ctx, fmt.Sprintf("cm-%05d", n-1-i), metav1.DeleteOptions{})
+			}); err != nil {
+				t.Fatal(err)
+			}
+			// A write out of the informer's scope moves the server's
+			// resourceVersion past the scope's last event: only a
+			// bookmark tells the informer it has seen everything.
+			if _, err := c.cs.CoreV1().ConfigMaps(other).Create(ctx, configMap(other, fmt.Sprintf("elsewhere-%d", round), 0), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			b := newAgent(t, path, opts())
+			inf, err := b.factory.PersistentInformer(&corev1.ConfigMap{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !inf.Decision().Warm {
+				t.Fatalf("restart is cold: %+v", inf.Decision())
+			}
+			start := time.Now()
+			b.start()
+			defer b.stop()
+			b.waitSynced(2 * time.Minute)
+			synced := time.Since(start)
+			list, err := c.cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := stateOf(list)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cacheState(inf).diff(want); d != "" {
+				t.Fatalf("synced (Fresh) but the cache is not the server's state: %s", d)
+			}
+			if h := inf.Health(); !h.Fresh || h.Stale || h.FreshFallback != "" || h.FreshResourceVersion == "" {
+				t.Fatalf("health at sync: %+v", h)
+			}
+			if got := b.rec.count("LIST", "configmaps"); got != 0 {
+				t.Fatalf("%d full LISTs: %v", got, b.rec.listWatch("configmaps"))
+			}
+			for _, r := range b.rec.requests("configmaps") {
+				if r.Verb == "LIST-METADATA" && r.Query.Get("limit") != "1" {
+					t.Fatalf("a metadata list of every object: %v; watch bytes %d; stats %+v", b.rec.listWatch("configmaps"), b.rec.bytes("WATCH", "configmaps"), inf.WatchStats())
+				}
+			}
+			t.Logf("fresh after %s at %s; metadata read %d bytes; requests %v", synced.Round(time.Millisecond),
+				inf.Health().FreshResourceVersion, b.rec.bytes("LIST-METADATA", "configmaps"), b.rec.listWatch("configmaps"))
+		})
+	}
+}
+
+// heartbeat renews a Lease in ns every period until the test ends, as a
+// live cluster's leader elections do (kube-controller-manager and
+// kube-scheduler every 2 s): the harness runs no controllers, so nothing
+// else moves etcd's revision.
+func heartbeat(t *testing.T, cs kubernetes.Interface, ns string, period time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		leases := cs.CoordinationV1().Leases(ns)
+		l, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "heartbeat"}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Errorf("heartbeat: %v", err)
+			return
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(period):
+			}
+			now := metav1.NewMicroTime(time.Now())
+			l.Spec.RenewTime = &now
+			if l, err = leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+				if ctx.Err() == nil {
+					t.Errorf("heartbeat: %v", err)
+				}
+				return
+			}
+		}
+	}()
 }

@@ -1,0 +1,332 @@
+package boltinformer_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/boltinformer/boltinformer"
+	"github.com/boltinformer/boltinformer/internal/testobj"
+	"github.com/boltinformer/boltinformer/recovery/crashtest"
+)
+
+// scoped is a Source seen through a scope that leaves out the namespace
+// "other" (as a selector would): its objects move the server's
+// resourceVersion but never reach the informer. It records the timeouts of
+// the watches through it.
+type scoped struct {
+	*crashtest.Source
+	mu       sync.Mutex
+	timeouts []int64 // -1: none
+}
+
+func inScope(obj runtime.Object) bool {
+	m, err := meta.Accessor(obj)
+	return err != nil || m.GetNamespace() != "other"
+}
+
+func (r *scoped) record(o metav1.ListOptions) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := int64(-1)
+	if o.TimeoutSeconds != nil {
+		t = *o.TimeoutSeconds
+	}
+	r.timeouts = append(r.timeouts, t)
+}
+
+func (r *scoped) filter(w watch.Interface, err error) (watch.Interface, error) {
+	if err != nil {
+		return nil, err
+	}
+	return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+		return e, e.Type == watch.Bookmark || e.Type == watch.Error || inScope(e.Object)
+	}), nil
+}
+
+func (r *scoped) Watch(o metav1.ListOptions) (watch.Interface, error) {
+	r.record(o)
+	return r.filter(r.Source.Watch(o))
+}
+
+func (r *scoped) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	r.record(o)
+	return r.filter(r.Source.WatchWithContext(ctx, o))
+}
+
+func (r *scoped) ListMetadata(ctx context.Context, o metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
+	l, err := r.Source.ListMetadata(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	items := l.Items[:0]
+	for i := range l.Items {
+		if l.Items[i].Namespace != "other" {
+			items = append(items, l.Items[i])
+		}
+	}
+	l.Items = items
+	if o.Limit > 0 && int64(len(l.Items)) > o.Limit {
+		l.Items = l.Items[:o.Limit]
+	}
+	return l, nil
+}
+
+func (r *scoped) watchTimeouts() []int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]int64(nil), r.timeouts...)
+}
+
+// TestFreshBookmark: with FreshBookmarkWait, a warm start reads the
+// server's resourceVersion R (moved past the scope's last event by an
+// object outside the scope) with one object's metadata, and is fresh at
+// the server's first bookmark at or after R on the resumed watch, not
+// before (the backlog of events, a delete among them, is applied first),
+// without a metadata list of every object; its watches have a 3 s timeout
+// until then, so that kube-apiserver sends the bookmark early; the delete
+// made while it was down is replayed to a handler added once it is synced.
+func TestFreshBookmark(t *testing.T) {
+	f := newCacheFile(t, 10)
+	keys := sortedKeys(f.src.Objects())
+	if err := f.src.Delete(keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	out := testobj.Pod(100, 1, 1, "")
+	out.Namespace = "other"
+	if _, err := f.src.Create(out); err != nil {
+		t.Fatal(err)
+	}
+	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	lw := &scoped{Source: f.src}
+	f.src.ResetCalls()
+	inf, err := db.NewInformer("pods", lw, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{
+		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, Metadata: lw, ReplayDownDeletes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !inf.Decision().Warm {
+		t.Fatalf("not warm: %+v", inf.Decision())
+	}
+	runInformer(t, inf)
+	waitFor(t, "the backlog's delete", func() bool { return inf.Indexer().Len() == 9 })
+	waitFor(t, "the read of the server's resourceVersion", func() bool { return f.src.Calls().MetadataLists == 1 })
+	time.Sleep(10 * time.Millisecond) // no bookmark, nothing to make it fresh
+	if inf.HasSynced() || inf.Health().Fresh {
+		t.Fatal("fresh before any bookmark")
+	}
+	for _, to := range lw.watchTimeouts() {
+		if to < 0 || to > 3 {
+			t.Fatalf("watch timeouts before fresh %v, want at most 3 s", lw.watchTimeouts())
+		}
+	}
+	rv := f.src.ResourceVersion()
+	f.src.Bookmark()
+	waitFor(t, "HasSynced after the bookmark", inf.HasSynced)
+	if h := inf.Health(); !h.Fresh || h.FreshResourceVersion != rv {
+		t.Fatalf("health %+v, want fresh at %s", h, rv)
+	}
+	if c := f.src.Calls(); c.MetadataLists != 1 || c.Lists != 0 {
+		t.Fatalf("calls %+v, want one metadata read and no list", c)
+	}
+	late := newEvRecorder("late")
+	reg, err := inf.AddEventHandler(late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the late handler's sync", reg.HasSynced)
+	var deletes int
+	for _, e := range late.events() {
+		if e.Kind == "delete" {
+			deletes++
+		}
+	}
+	if deletes != 1 {
+		t.Fatalf("late handler: %v, want the delete made while down", late.events())
+	}
+}
+
+// TestFreshBookmarkAtAnEvent: a watch event at or after R is as good as a
+// bookmark: the watch has delivered every event before it.
+func TestFreshBookmarkAtAnEvent(t *testing.T) {
+	f := newCacheFile(t, 10)
+	out := testobj.Pod(100, 1, 1, "")
+	out.Namespace = "other"
+	if _, err := f.src.Create(out); err != nil {
+		t.Fatal(err)
+	}
+	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	lw := &scoped{Source: f.src}
+	f.src.ResetCalls()
+	inf, err := db.NewInformer("pods", lw, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{
+		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, Metadata: lw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runInformer(t, inf)
+	waitFor(t, "the read of the server's resourceVersion", func() bool { return f.src.Calls().MetadataLists == 1 })
+	if inf.Health().Fresh {
+		t.Fatal("fresh before the server's resourceVersion")
+	}
+	if _, err := f.src.Create(testobj.Pod(200, 1, 1, "")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "HasSynced after the event", inf.HasSynced)
+	if h := inf.Health(); !h.Fresh || h.FreshResourceVersion != f.src.ResourceVersion() {
+		t.Fatalf("health %+v, want fresh at %s", h, f.src.ResourceVersion())
+	}
+}
+
+// TestFreshBookmarkFallsBackToMetadata: no bookmark within
+// FreshBookmarkWait: the metadata list's diff makes the warm start fresh.
+func TestFreshBookmarkFallsBackToMetadata(t *testing.T) {
+	f := newCacheFile(t, 10)
+	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	inf, err := db.NewInformer("pods", f.src, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{
+		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Millisecond, Metadata: f.src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runInformer(t, inf)
+	waitFor(t, "HasSynced from the metadata list", inf.HasSynced)
+	if h := inf.Health(); !h.Fresh || h.FreshResourceVersion == "" {
+		t.Fatalf("health %+v, want fresh at the list's resourceVersion", h)
+	}
+}
+
+// futureWatches accepts a watch from a resourceVersion past the Source's,
+// as kube-apiserver's watch cache does (it sends the events after it, once
+// there are any), where a Source answers "Too large resource version".
+type futureWatches struct{ *crashtest.Source }
+
+func (f futureWatches) future(o metav1.ListOptions) metav1.ListOptions {
+	if a, err := strconv.ParseInt(o.ResourceVersion, 10, 64); err == nil {
+		if now, _ := strconv.ParseInt(f.ResourceVersion(), 10, 64); a > now {
+			o.ResourceVersion = f.ResourceVersion()
+		}
+	}
+	return o
+}
+
+func (f futureWatches) Watch(o metav1.ListOptions) (watch.Interface, error) {
+	return f.Source.Watch(f.future(o))
+}
+
+func (f futureWatches) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	return f.Source.WatchWithContext(ctx, f.future(o))
+}
+
+// TestRegressionFreshBookmarkServerBehindCache: the cluster was restored
+// from a backup older than the file, so the server's resourceVersion R is
+// behind the cache's, and kube-apiserver accepts the watch from the
+// file's resourceVersion all the same. The bookmark wait took "the cache
+// has applied R or later" for fresh, at once, and served the old
+// history's objects as the server's; R behind the cache is another
+// history: the metadata list decides (it relists the latest state).
+func TestRegressionFreshBookmarkServerBehindCache(t *testing.T) {
+	f := newCacheFile(t, 10)
+	var objs []runtime.Object
+	for _, k := range sortedKeys(f.src.Objects())[:7] {
+		p := f.src.Objects()[k].(*corev1.Pod).DeepCopy()
+		p.ResourceVersion = "3" // the backup's version
+		p.Labels["timeline"] = "restored"
+		objs = append(objs, p)
+	}
+	restored := crashtest.NewSourceAt(func() runtime.Object { return &corev1.PodList{} }, 5, objs)
+	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	inf, err := db.NewInformer("pods", futureWatches{restored}, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{
+		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, Metadata: restored, Getter: restored})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !inf.Decision().Warm {
+		t.Fatalf("not warm: %+v", inf.Decision())
+	}
+	runInformer(t, inf)
+	waitFor(t, "HasSynced", inf.HasSynced)
+	if d := diffObjects(restored.Objects(), inf.GetStore().List()); d != "" {
+		t.Fatalf("synced with the old history's objects:\n%s", d)
+	}
+	if st := inf.WatchStats(); st.RelistsRequested != 1 {
+		t.Fatalf("watch stats %+v, want one relist of the latest state", st)
+	}
+}
+
+// TestFreshBookmarkNothingChanged: the server is where the cache is (R
+// equals the applied resourceVersion): fresh at once, by one read of one
+// object's metadata and no bookmark.
+func TestFreshBookmarkNothingChanged(t *testing.T) {
+	f := newCacheFile(t, 10)
+	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	f.src.ResetCalls()
+	inf, err := db.NewInformer("pods", f.src, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{
+		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, Metadata: f.src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runInformer(t, inf)
+	waitFor(t, "HasSynced", inf.HasSynced)
+	if h := inf.Health(); !h.Fresh || h.FreshResourceVersion != f.src.ResourceVersion() {
+		t.Fatalf("health %+v, want fresh at %s", h, f.src.ResourceVersion())
+	}
+	if c := f.src.Calls(); c.MetadataLists != 1 || c.Lists != 0 {
+		t.Fatalf("calls %+v, want one metadata read and no list", c)
+	}
+}
+
+// TestRegressionFreshBookmarkBehindResumePoint: a bookmark behind the resourceVersion
+// the watch resumed from is not of the cache's history (a server sends a
+// watch only bookmarks past where it began): it does not make the cache
+// fresh; the informer relists the server's latest state over it.
+func TestRegressionFreshBookmarkBehindResumePoint(t *testing.T) {
+	f := newCacheFile(t, 10)
+	restored := crashtest.NewSourceAt(func() runtime.Object { return &corev1.PodList{} }, 5, []runtime.Object{testobj.Pod(0, 3, 2, "3")})
+	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	inf, err := db.NewInformer("pods", futureWatches{restored}, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{
+		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runInformer(t, inf)
+	waitFor(t, "the watch", func() bool { return restored.Calls().Watches > 0 })
+	restored.Bookmark()
+	waitFor(t, "HasSynced", inf.HasSynced)
+	if d := diffObjects(restored.Objects(), inf.GetStore().List()); d != "" {
+		t.Fatalf("synced with the old history's objects:\n%s", d)
+	}
+	if st := inf.WatchStats(); st.RelistsRequested != 1 {
+		t.Fatalf("watch stats %+v, want one relist of the latest state", st)
+	}
+}
