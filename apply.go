@@ -43,10 +43,31 @@ type ApplyError struct {
 	// Refusals counts the objects the cache refused: not stored, not
 	// delivered.
 	Refusals int
-	// Errors are the first of those errors (at most 10 of each kind):
-	// *indexer.IndexFuncError, or the indexer's refusal.
+	// Errors are the first of those errors (at most 10 of each kind): an
+	// *IndexFuncError for each index function failure, or the indexer's
+	// refusal.
 	Errors []error
 }
+
+// IndexFuncError is one index function's failure on one object, which was
+// stored without values in that index (and delivered): what an
+// ApplyError carries for each. It wraps ErrIndexFunc and the function's
+// error.
+type IndexFuncError struct {
+	// Key is the object's key, Index the index's name.
+	Key, Index string
+	// Err is the index function's error.
+	Err error
+}
+
+// Error says what failed, in client-go's words (its indexer panics with
+// them), and what was done.
+func (e *IndexFuncError) Error() string {
+	return (&indexer.IndexFuncError{Key: e.Key, Index: e.Index, Err: e.Err}).Error()
+}
+
+// Unwrap returns ErrIndexFunc and the index function's error.
+func (e *IndexFuncError) Unwrap() []error { return []error{ErrIndexFunc, e.Err} }
 
 // Error summarizes the failures and gives the first error.
 func (e *ApplyError) Error() string {
@@ -91,7 +112,7 @@ func (a *applyErrors) add(err error) {
 		}
 		a.indexed[ie.Key] = struct{}{}
 		if a.nIdx < maxApplyErrors {
-			a.errs = append(a.errs, ie)
+			a.errs = append(a.errs, &IndexFuncError{Key: ie.Key, Index: ie.Index, Err: ie.Err})
 			a.nIdx++
 		}
 	}

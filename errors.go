@@ -24,9 +24,9 @@ var (
 	ErrApply = errors.New("boltinformer: objects not applied as received")
 	// ErrIndexFunc is wrapped by an *ApplyError (and the indexer's write
 	// errors) when an index function failed on an object: the object is
-	// stored without values in that index. Each failure is an
-	// *indexer.IndexFuncError, naming the object and the index. It is
-	// indexer.ErrIndexFunc.
+	// stored without values in that index. Each failure an ApplyError
+	// carries is an *IndexFuncError, naming the object and the index. It
+	// is indexer.ErrIndexFunc.
 	ErrIndexFunc = indexer.ErrIndexFunc
 	// ErrLocked is wrapped by Open's error when another process holds the
 	// file's lock for longer than Options.LockTimeout. It is

@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/boltinformer/boltinformer"
-	"github.com/boltinformer/boltinformer/indexer"
 	"github.com/boltinformer/boltinformer/internal/testobj"
 )
 
@@ -125,13 +124,14 @@ func TestRegressionIndexErrorsDeliverAndReport(t *testing.T) {
 	}
 	waitFor(t, "the list's report", func() bool { return len(wlog.applyErrors()) == 1 })
 	ae := wlog.applyErrors()[0]
-	if ae.IndexFailures != 2 || ae.Refusals != 0 || !errors.Is(ae, boltinformer.ErrApply) || !errors.Is(ae, indexer.ErrIndexFunc) || !errors.Is(ae, errNoApp) {
+	if ae.IndexFailures != 2 || ae.Refusals != 0 || !errors.Is(ae, boltinformer.ErrApply) || !errors.Is(ae, boltinformer.ErrIndexFunc) || !errors.Is(ae, errNoApp) {
 		t.Errorf("list report: %+v (%v)", ae, ae)
 	}
 	var keys []string
 	for _, e := range ae.Errors {
-		var ie *indexer.IndexFuncError
-		if errors.As(e, &ie) {
+		// The root package's type (it was indexer's: the layer below).
+		var ie *boltinformer.IndexFuncError
+		if errors.As(e, &ie) && ie.Index == "app" && errors.Is(ie, boltinformer.ErrIndexFunc) && errors.Is(ie, errNoApp) {
 			keys = append(keys, ie.Key)
 		}
 	}
