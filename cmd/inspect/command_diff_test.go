@@ -155,3 +155,60 @@ func TestDiffLive(t *testing.T) {
 	}
 	_ = os.Remove(sock)
 }
+
+// diff --kubeconfig: the local API over TLS with its bearer token, as
+// inspect serve and an agent serve it (the kubeconfig the local API
+// writes), with the selectors applied to both sides.
+func TestDiffLiveKubeconfig(t *testing.T) {
+	path, lat := fixture(t), later(t)
+	a := &app{now: func() time.Time { return testNow }, timeout: time.Second}
+	snaps, err := a.snapshots(&cobra.Command{}, lat, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	token, err := localapi.LoadOrCreateToken(filepath.Join(dir, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := localapi.LoadOrCreateCert(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := localapi.NewStatic(snaps, &localapi.Options{Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	l, err := localapi.ListenLocal("127.0.0.1:0", cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := localapi.WriteKubeconfig(kubeconfig, l.Addr().String(), token, cert); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- h.Serve(ctx, l) }()
+	defer func() {
+		cancel()
+		<-served
+	}()
+	out, _ := mustRun(t, exitDiffer, "diff", path, "--kubeconfig", kubeconfig, "--informer", "pods", "-l", "tier!=web", "--field-selector", "spec.nodeName=node-1", "-q")
+	golden(t, "diff-kubeconfig", out)
+	// The same object rows as between the files.
+	files, _ := mustRun(t, exitDiffer, "diff", path, lat, "--informer", "pods", "-l", "tier!=web", "--field-selector", "spec.nodeName=node-1", "-q")
+	if !strings.Contains(files, strings.SplitN(out, "\n", 3)[2]) {
+		t.Errorf("live:\n%s\nfiles:\n%s", out, files)
+	}
+	// A token the local API does not know: trouble, said.
+	bad := filepath.Join(dir, "bad-kubeconfig")
+	if err := localapi.WriteKubeconfig(bad, l.Addr().String(), "not-the-token", cert); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr := mustRun(t, exitTrouble, "diff", path, "--kubeconfig", bad, "--informer", "pods")
+	if !strings.Contains(stderr, `inspect: informer "v1/pods": list /v1, Resource=pods from https://`) {
+		t.Errorf("stderr %q", stderr)
+	}
+}
