@@ -60,9 +60,12 @@ type Options struct {
 	// negative waits as long as it takes.
 	FreshTimeout time.Duration
 	// FreshBookmarkWait: a warm-started informer is fresh at the server's
-	// first bookmark on its resumed watch (1 to 2.25 s in, at no cost to
-	// the server) when one comes within this long, else by a metadata
-	// list of its scope (boltinformer.InformerOptions.FreshBookmarkWait).
+	// first bookmark on its resumed watch at or after the server's
+	// resourceVersion (1 to 2.25 s in when anything in the cluster was
+	// written since, at almost no cost to the server) when one comes within
+	// this long, else by a metadata list of its scope
+	// (boltinformer.InformerOptions.FreshBookmarkWait, which says what a
+	// bookmark cannot catch: a restored etcd backup written past the file).
 	// 0 means DefaultFreshBookmarkWait; negative lists metadata at once (a
 	// consistent read, faster on small collections, but about as much of
 	// the server's CPU as a cold start).

@@ -46,13 +46,20 @@
 //
 // # WaitForCacheSync means fresh
 //
-// A warm-started informer is synced once it is fresh: one metadata-only
-// list of its scope tells which objects changed, were created or were
-// deleted while the operator was down, and the resumed watch has brought
-// every one (boltinformer.SyncAfterFresh). So after WaitForCacheSync a
-// reconciler never reads an object deleted while it was down. When the
-// server does not answer, the wait ends after FreshTimeout (default 30 s)
-// and the cache serves what the file held (boltinformer.Health.Stale).
+// A warm-started informer is synced once it is fresh: its cache equals the
+// server's state at a known resourceVersion (boltinformer.SyncAfterFresh),
+// so after WaitForCacheSync a reconciler never reads an object deleted
+// while it was down. It is fresh at the first bookmark of its resumed watch
+// at or after the server's current resourceVersion, read with one object's
+// metadata (Options.FreshBookmarkWait, default 5 s: kube-apiserver sends
+// one about a second in, in a live cluster; it costs the apiserver almost
+// nothing), else by a metadata-only list of its scope, which tells which
+// objects changed, were created or were deleted while the operator was
+// down, and the resumed watch has brought every one (about a cold start's
+// apiserver CPU; also what a restored etcd backup is caught by, see
+// boltinformer.InformerOptions.FreshBookmarkWait). When the server does not
+// answer, the wait ends after FreshTimeout (default 30 s) and the cache
+// serves what the file held (boltinformer.Health.Stale).
 // Options.SyncAfterDiskLoad syncs at once instead, making no list at all.
 //
 // # Deletes while down reach the reconcilers

@@ -217,8 +217,11 @@ func (p *proxy) since(mark int) []*request {
 
 // traffic sums what a set of requests cost.
 type traffic struct {
-	Requests, FullLists, MetadataLists, ExactReads, Watches int
-	Bytes                                                   int64
+	// MetadataLists counts metadata lists of every object of a scope;
+	// MetadataReads those of one object (limit=1: the read of the
+	// server's resourceVersion that fresh by a bookmark makes).
+	Requests, FullLists, MetadataLists, MetadataReads, ExactReads, Watches int
+	Bytes                                                                  int64
 }
 
 func summarize(reqs []*request, resource string) traffic {
@@ -232,6 +235,8 @@ func summarize(reqs []*request, resource string) traffic {
 		switch {
 		case r.FullList():
 			t.FullLists++
+		case r.List() && r.Metadata() && r.Query.Get("limit") == "1":
+			t.MetadataReads++
 		case r.List() && r.Metadata():
 			t.MetadataLists++
 		case r.List() && r.Exact():
