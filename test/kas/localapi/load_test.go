@@ -199,6 +199,11 @@ func TestLoad(t *testing.T) {
 			t.Logf("%s %s watch: %d writes (%d failed, %d changed nothing); events %d of %d expected (%d during the load, %d after), %d of unconfirmed writes, %d twice, %d of no write of the run; latency p50 %s p99 %s max %s; %d watches ended by the server; first error: %s",
 				target, format, w.writes, w.writeErrs, w.noops, w.got, w.expected, w.inLoad, w.got-w.inLoad, w.other, w.dups, w.foreign,
 				w.p50, w.p99, w.max, w.closed, w.firstErr)
+			if missing := w.expected - w.got; target == "localapi" && (missing != 0 || w.dups != 0 || w.closed != 0) {
+				// Not a timing threshold: the drain after the load is a
+				// deadline for a hang; a watch must see every event once.
+				t.Errorf("local API %s: %d of the writes' events missing at its watchers, %d received twice, %d watches ended", format, missing, w.dups, w.closed)
+			}
 			if target == "kube-apiserver" {
 				t.Logf("%s %s metrics: Pod watches open at the end %.0f, watchers terminated %.0f, watch events sent %.0f, events dispatched by the watch cache %.0f",
 					target, format, w.registered, w.terminated, w.sent, w.dispatched)
