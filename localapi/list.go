@@ -3,11 +3,14 @@ package localapi
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -143,6 +146,11 @@ func (h *Handler) waitFor(ctx context.Context, v *view, rv string) error {
 func (h *Handler) serveGet(w http.ResponseWriter, r *http.Request, sv *served, req *request, opts *listOptions, out output) {
 	v := sv.view
 	gr := sv.res.GroupVersionResource.GroupResource()
+	if msgs := content.IsPathSegmentName(req.name); len(msgs) != 0 {
+		// The apiserver's storage refuses such a name before it looks.
+		h.writeError(w, badRequest(fmt.Sprintf("Name parameter invalid: %q: %s", req.name, strings.Join(msgs, ";"))))
+		return
+	}
 	if err := h.waitFor(r.Context(), v, opts.ResourceVersion); err != nil {
 		h.writeError(w, err)
 		return

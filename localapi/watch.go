@@ -47,8 +47,9 @@ type watchStream struct {
 // window while its client is slow to read; one after the cache's
 // resourceVersion waits for it, then gets "Too large resource version".
 func (h *Handler) serveWatch(w http.ResponseWriter, r *http.Request, sv *served, namespace string, opts *listOptions, sel *selector, out output) {
+	// timeoutSeconds=0 is none given, as in the apiserver: its default.
 	timeout := time.Duration(30+rand.IntN(30)) * time.Minute
-	if opts.TimeoutSeconds != nil {
+	if opts.TimeoutSeconds != nil && *opts.TimeoutSeconds != 0 {
 		timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
