@@ -319,7 +319,7 @@ func TestFormats(t *testing.T) {
 	for _, c := range table.ColumnDefinitions {
 		cols = append(cols, c.Name)
 	}
-	if table.Kind != "Table" || strings.Join(cols, ",") != "Name,READY,STATUS,RESTARTS,Age,IP,NODE" || len(table.Rows) != 4 {
+	if table.Kind != "Table" || strings.Join(cols, ",") != "Name,READY,STATUS,RESTARTS,Age,IP,NODE,NOMINATED NODE,READINESS GATES" || len(table.Rows) != 4 {
 		t.Fatalf("table %s %v with %d rows", table.Kind, cols, len(table.Rows))
 	}
 	if c := table.Rows[0].Cells; c[0] != "pod-000001" || c[2] != "Running" || c[6] != "node-1" {

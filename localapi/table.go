@@ -45,6 +45,9 @@ func (h *Handler) encodeTable(buf *bytes.Buffer, out output, sv *served, objs []
 		}
 		t.ColumnDefinitions = append(t.ColumnDefinitions, metav1.TableColumnDefinition{
 			Name: "Age", Type: "string", Description: "Time since the object was created."})
+		for _, c := range cols.AfterAge {
+			t.ColumnDefinitions = append(t.ColumnDefinitions, metav1.TableColumnDefinition{Name: c, Type: "string"})
+		}
 		for _, c := range cols.Wide {
 			t.ColumnDefinitions = append(t.ColumnDefinitions, metav1.TableColumnDefinition{Name: c, Type: "string", Priority: 1})
 		}
@@ -56,16 +59,20 @@ func (h *Handler) encodeTable(buf *bytes.Buffer, out output, sv *served, objs []
 		if err != nil {
 			return err
 		}
-		cells, wide := columns.Unknown(len(cols.Headers)), columns.Unknown(len(cols.Wide))
+		cells, wide := columns.Unknown(len(cols.Headers)+len(cols.AfterAge)), columns.Unknown(len(cols.Wide))
 		if cols.Cells != nil {
 			cells, wide = cols.Cells(obj)
 		}
+		before, after := cols.Split(cells)
 		row := metav1.TableRow{Cells: make([]any, 0, 2+len(cells)+len(wide))}
 		row.Cells = append(row.Cells, m.GetName())
-		for _, c := range cells {
+		for _, c := range before {
 			row.Cells = append(row.Cells, c)
 		}
 		row.Cells = append(row.Cells, columns.Age(now, m.GetCreationTimestamp().Time))
+		for _, c := range after {
+			row.Cells = append(row.Cells, c)
+		}
 		for _, c := range wide {
 			row.Cells = append(row.Cells, c)
 		}

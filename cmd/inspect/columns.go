@@ -57,10 +57,11 @@ func objectTable(objs []*object, kind schema.GroupVersionKind, now time.Time) *m
 	cols, _ := columns.For(kind.GroupKind())
 	col(0, cols.Headers...)
 	col(0, "AGE")
+	col(0, cols.AfterAge...)
 	col(1, cols.Wide...)
 	col(1, "RESOURCEVERSION", "CODEC", "BYTES")
 	for _, o := range objs {
-		cells, wcells := columns.Unknown(len(cols.Headers)), columns.Unknown(len(cols.Wide))
+		cells, wcells := columns.Unknown(len(cols.Headers)+len(cols.AfterAge)), columns.Unknown(len(cols.Wide))
 		created := time.Time{}
 		if o.obj != nil {
 			if cols.Cells != nil && o.gvk.GroupKind() == kind.GroupKind() {
@@ -70,7 +71,9 @@ func objectTable(objs []*object, kind schema.GroupVersionKind, now time.Time) *m
 				created = m.GetCreationTimestamp().Time
 			}
 		}
-		all := append(append([]string{}, cells...), columns.Age(now, created))
+		before, after := cols.Split(cells)
+		all := append(append([]string{}, before...), columns.Age(now, created))
+		all = append(all, after...)
 		all = append(all, wcells...)
 		all = append(all, orNone(o.rec.ResourceVersion), codecName(o.rec), strconv.Itoa(len(o.rec.Payload)))
 		row(o, all...)

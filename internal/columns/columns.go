@@ -9,27 +9,38 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/duration"
 )
 
-// Set are the columns of one kind: Headers between NAME and AGE, and, for
-// wide output, Wide after AGE, in the spirit of kubectl's printers.
+// Set are the columns of one kind, those of kubectl's printers: Headers
+// between NAME and AGE, AfterAge after AGE, and, for wide output, Wide
+// after those.
 type Set struct {
-	Headers, Wide []string
-	// Cells returns an object's cells for Headers and Wide ("?" for each
-	// when the object is not of the kind).
+	Headers, AfterAge, Wide []string
+	// Cells returns an object's cells for Headers then AfterAge, and for
+	// Wide ("?" for each when the object is not of the kind).
 	Cells func(runtime.Object) (cells, wide []string)
 }
 
+// Split splits cells (for Headers then AfterAge) at AGE.
+func (s Set) Split(cells []string) (before, after []string) {
+	n := min(len(s.Headers), len(cells))
+	return cells[:n], cells[n:]
+}
+
 var byKind = map[schema.GroupKind]Set{
-	{Kind: "Pod"}:                       {[]string{"READY", "STATUS", "RESTARTS"}, []string{"IP", "NODE"}, podCells},
-	{Kind: "Secret"}:                    {[]string{"TYPE", "DATA"}, nil, secretCells},
-	{Kind: "ConfigMap"}:                 {[]string{"DATA"}, nil, configMapCells},
-	{Kind: "Node"}:                      {[]string{"STATUS", "VERSION"}, []string{"INTERNAL-IP"}, nodeCells},
-	{Kind: "Service"}:                   {[]string{"TYPE", "CLUSTER-IP", "PORT(S)"}, []string{"SELECTOR"}, serviceCells},
-	{Group: "apps", Kind: "Deployment"}: {[]string{"READY", "UP-TO-DATE", "AVAILABLE"}, nil, deploymentCells},
+	{Kind: "Pod"}: {[]string{"READY", "STATUS", "RESTARTS"}, nil,
+		[]string{"IP", "NODE", "NOMINATED NODE", "READINESS GATES"}, podCells},
+	{Kind: "Secret"}:    {[]string{"TYPE", "DATA"}, nil, nil, secretCells},
+	{Kind: "ConfigMap"}: {[]string{"DATA"}, nil, nil, configMapCells},
+	{Kind: "Node"}: {[]string{"STATUS", "ROLES"}, []string{"VERSION"},
+		[]string{"INTERNAL-IP", "EXTERNAL-IP", "OS-IMAGE", "KERNEL-VERSION", "CONTAINER-RUNTIME"}, nodeCells},
+	{Kind: "Service"}: {[]string{"TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)"}, nil, []string{"SELECTOR"}, serviceCells},
+	{Group: "apps", Kind: "Deployment"}: {[]string{"READY", "UP-TO-DATE", "AVAILABLE"}, nil,
+		[]string{"CONTAINERS", "IMAGES", "SELECTOR"}, deploymentCells},
 }
 
 // For returns the columns of a kind; false (and an empty Set) for a kind
@@ -68,7 +79,7 @@ func Unknown(n int) []string {
 func podCells(obj runtime.Object) ([]string, []string) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
-		return Unknown(3), Unknown(2)
+		return Unknown(3), Unknown(4)
 	}
 	ready, restarts := 0, int32(0)
 	status := string(p.Status.Phase)
@@ -89,8 +100,25 @@ func podCells(obj runtime.Object) ([]string, []string) {
 	if p.DeletionTimestamp != nil {
 		status = "Terminating"
 	}
+	ip := p.Status.PodIP // an object not from an apiserver may lack PodIPs
+	if len(p.Status.PodIPs) > 0 {
+		ip = p.Status.PodIPs[0].IP
+	}
+	gates := "<none>"
+	if n := len(p.Spec.ReadinessGates); n > 0 {
+		met := 0
+		for _, g := range p.Spec.ReadinessGates {
+			for _, c := range p.Status.Conditions {
+				if c.Type == g.ConditionType && c.Status == corev1.ConditionTrue {
+					met++
+					break
+				}
+			}
+		}
+		gates = fmt.Sprintf("%d/%d", met, n)
+	}
 	return []string{fmt.Sprintf("%d/%d", ready, len(p.Spec.Containers)), orNone(status), strconv.Itoa(int(restarts))},
-		[]string{orNone(p.Status.PodIP), orNone(p.Spec.NodeName)}
+		[]string{orNone(ip), orNone(p.Spec.NodeName), orNone(p.Status.NominatedNodeName), gates}
 }
 
 func secretCells(obj runtime.Object) ([]string, []string) {
@@ -112,7 +140,7 @@ func configMapCells(obj runtime.Object) ([]string, []string) {
 func nodeCells(obj runtime.Object) ([]string, []string) {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
-		return Unknown(2), Unknown(1)
+		return Unknown(3), Unknown(5)
 	}
 	status := "Unknown"
 	for _, c := range n.Status.Conditions {
@@ -126,20 +154,46 @@ func nodeCells(obj runtime.Object) ([]string, []string) {
 	if n.Spec.Unschedulable {
 		status += ",SchedulingDisabled"
 	}
-	ip := ""
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			ip = a.Address
-			break
+	roles := map[string]bool{}
+	for k, v := range n.Labels {
+		switch {
+		case strings.HasPrefix(k, "node-role.kubernetes.io/"):
+			if r := strings.TrimPrefix(k, "node-role.kubernetes.io/"); r != "" {
+				roles[r] = true
+			}
+		case k == "kubernetes.io/role" && v != "":
+			roles[v] = true
 		}
 	}
-	return []string{status, orNone(n.Status.NodeInfo.KubeletVersion)}, []string{orNone(ip)}
+	names := make([]string, 0, len(roles))
+	for r := range roles {
+		names = append(names, r)
+	}
+	sort.Strings(names)
+	address := func(t corev1.NodeAddressType) string {
+		for _, a := range n.Status.Addresses {
+			if a.Type == t {
+				return a.Address
+			}
+		}
+		return "<none>"
+	}
+	orUnknown := func(s string) string {
+		if s == "" {
+			return "<unknown>"
+		}
+		return s
+	}
+	info := n.Status.NodeInfo
+	return []string{status, orNone(strings.Join(names, ",")), orNone(info.KubeletVersion)},
+		[]string{address(corev1.NodeInternalIP), address(corev1.NodeExternalIP), orUnknown(info.OSImage),
+			orUnknown(info.KernelVersion), orUnknown(info.ContainerRuntimeVersion)}
 }
 
 func serviceCells(obj runtime.Object) ([]string, []string) {
 	s, ok := obj.(*corev1.Service)
 	if !ok {
-		return Unknown(3), Unknown(1)
+		return Unknown(4), Unknown(1)
 	}
 	var ports []string
 	for _, p := range s.Spec.Ports {
@@ -154,19 +208,55 @@ func serviceCells(obj runtime.Object) ([]string, []string) {
 		sel = append(sel, k+"="+v)
 	}
 	sort.Strings(sel)
-	return []string{string(s.Spec.Type), orNone(s.Spec.ClusterIP), orNone(strings.Join(ports, ","))},
+	return []string{string(s.Spec.Type), orNone(s.Spec.ClusterIP), serviceExternalIP(s), orNone(strings.Join(ports, ","))},
 		[]string{orNone(strings.Join(sel, ","))}
+}
+
+// serviceExternalIP is kubectl's EXTERNAL-IP of a Service: its external
+// IPs, a load balancer's ingress addresses ("<pending>" before it has
+// any), an ExternalName's name.
+func serviceExternalIP(s *corev1.Service) string {
+	switch s.Spec.Type {
+	case corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort:
+		return orNone(strings.Join(s.Spec.ExternalIPs, ","))
+	case corev1.ServiceTypeLoadBalancer:
+		var addrs []string
+		for _, in := range s.Status.LoadBalancer.Ingress {
+			if in.IP != "" {
+				addrs = append(addrs, in.IP)
+			} else if in.Hostname != "" {
+				addrs = append(addrs, in.Hostname)
+			}
+		}
+		if len(addrs) == 0 && len(s.Spec.ExternalIPs) == 0 {
+			return "<pending>"
+		}
+		return strings.Join(append(addrs, s.Spec.ExternalIPs...), ",")
+	case corev1.ServiceTypeExternalName:
+		return s.Spec.ExternalName
+	}
+	return "<unknown>"
 }
 
 func deploymentCells(obj runtime.Object) ([]string, []string) {
 	d, ok := obj.(*appsv1.Deployment)
 	if !ok {
-		return Unknown(3), nil
+		return Unknown(3), Unknown(3)
 	}
 	want := int32(1)
 	if d.Spec.Replicas != nil {
 		want = *d.Spec.Replicas
 	}
+	var names, images []string
+	for _, c := range d.Spec.Template.Spec.Containers {
+		names = append(names, c.Name)
+		images = append(images, c.Image)
+	}
+	sel := "<invalid>"
+	if s, err := metav1.LabelSelectorAsSelector(d.Spec.Selector); err == nil {
+		sel = s.String()
+	}
 	return []string{fmt.Sprintf("%d/%d", d.Status.ReadyReplicas, want), strconv.Itoa(int(d.Status.UpdatedReplicas)),
-		strconv.Itoa(int(d.Status.AvailableReplicas))}, nil
+			strconv.Itoa(int(d.Status.AvailableReplicas))},
+		[]string{strings.Join(names, ","), strings.Join(images, ","), sel}
 }
