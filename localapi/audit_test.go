@@ -4,12 +4,16 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+
+	"github.com/boltinformer/boltinformer/localapi"
 )
 
 // TestRegressionWatchTimeoutSecondsZero: timeoutSeconds=0 is no timeout
@@ -58,5 +62,32 @@ func TestRegressionGetInvalidNameIsBadRequest(t *testing.T) {
 	if err := restClient(t, cfg, scheme.Scheme.PrioritizedVersionsForGroup("")[0]).Get().Namespace("ns-1").
 		Resource("pods").Name("nope").Do(t.Context()).Error(); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Fatalf("GET pods/nope: %v", err)
+	}
+}
+
+// TestRegressionBearerSchemeAnyCase: the bearer scheme's name is not case
+// sensitive (RFC 7235; kube-apiserver lower-cases it): "bearer TOKEN"
+// authenticates as "Bearer TOKEN" does. The local API answered 401.
+func TestRegressionBearerSchemeAnyCase(t *testing.T) {
+	a := startAgent(t, "", newPodSource(3))
+	tok, err := localapi.LoadOrCreateToken(filepath.Join(t.TempDir(), "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, cfg, _ := serveAgent(t, a, &localapi.Options{Token: tok})
+	anon := rest.CopyConfig(cfg)
+	anon.BearerToken = ""
+	for auth, want := range map[string]int{"Bearer " + tok: 200, "bearer " + tok: 200, "BEARER " + tok: 200,
+		"Bearer  " + tok: 401, "Basic " + tok: 401, "bearer wrong": 401, tok: 401} {
+		req, _ := http.NewRequest(http.MethodGet, cfg.Host+"/api/v1/pods", nil)
+		req.Header.Set("Authorization", auth)
+		resp, err := httpClient(t, anon).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Authorization %q: %d, want %d", strings.Replace(auth, tok, "TOKEN", 1), resp.StatusCode, want)
+		}
 	}
 }

@@ -426,13 +426,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.serveResource(w, r)
 }
 
+// authorized reads the bearer token as kube-apiserver does: the scheme's
+// name in any case, the token the next word.
 func (h *Handler) authorized(r *http.Request) bool {
-	auth := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(auth, "Bearer ")
-	if !ok {
+	parts := strings.SplitN(strings.TrimSpace(r.Header.Get("Authorization")), " ", 3)
+	if len(parts) < 2 || !strings.EqualFold(parts[0], "bearer") || parts[1] == "" {
 		return false
 	}
-	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(h.opts.Token)) == 1
+	return subtle.ConstantTimeCompare([]byte(parts[1]), []byte(h.opts.Token)) == 1
 }
 
 // writeError writes err as a Status (JSON, which every client decodes).
