@@ -133,6 +133,17 @@ func apiserverLists(t testing.TB, resource string) float64 {
 	return n
 }
 
+// apiserverWatchEvents returns the watch events (bookmarks included) the
+// apiserver has sent of a resource, from its metrics.
+func apiserverWatchEvents(t testing.TB, resource string) float64 {
+	t.Helper()
+	n, err := cluster.MetricSum(context.Background(), "apiserver_watch_events_total", map[string]string{"resource": resource})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // TestOperatorKillAndRestart runs the example operator (the binary, as a
 // user builds it) against the real apiserver: a cold start over 500
 // sources; changes and a kill -9 right after them; deletes, updates and
@@ -140,7 +151,9 @@ func apiserverLists(t testing.TB, resource string) float64 {
 // more changes and a warm restart again. After each start every change is
 // reconciled (the derived objects on the server say so, deletes
 // included), the restarts list no ConfigMap in full (the proxy's record),
-// and every LIST the apiserver counted is accounted for (its metrics).
+// every LIST the apiserver counted is accounted for, and it sent fewer
+// watch events than there are sources (no WatchList's initial events; its
+// metrics).
 func TestOperatorKillAndRestart(t *testing.T) {
 	const sources = 500
 	bin := operatorBinary(t)
@@ -187,6 +200,7 @@ func TestOperatorKillAndRestart(t *testing.T) {
 	restart := func(name string, want churn) {
 		t.Helper()
 		mark, lists0, own0 := p.mark(), apiserverLists(t, "configmaps"), lc.n
+		events0 := apiserverWatchEvents(t, "configmaps")
 		op := startProcess(t, dir, name, nil, bin, args...)
 		if !eventually(waitTimeout, func() bool { return lc.state(t, cs, ns, total, want) == "" }) {
 			t.Fatalf("%s: %s\n%s", name, derivedState(t, cs, ns, total, want), op.logText(t))
@@ -200,6 +214,13 @@ func TestOperatorKillAndRestart(t *testing.T) {
 		t.Logf("%s: configmaps requests through the proxy %+v; apiserver LISTs %v (the test's own %d)", name, tr, lists, lc.n-own0)
 		if tr.FullLists != 0 {
 			t.Errorf("%s listed ConfigMaps in full: %v", name, p.since(mark))
+		}
+		// A WatchList would send every source as an initial event; the
+		// resumed watch sends the changes and the operator's own writes.
+		if events := apiserverWatchEvents(t, "configmaps") - events0; events >= float64(total) {
+			t.Errorf("%s: the apiserver sent %v watch events of configmaps, as many as the %d sources: initial events?", name, events, total)
+		} else {
+			t.Logf("%s: the apiserver sent %v watch events of configmaps (%d sources)", name, events, total)
 		}
 		if want := float64(tr.MetadataLists + tr.MetadataReads + tr.ExactReads + lc.n - own0); lists != want {
 			t.Errorf("%s: the apiserver counted %v LISTs of configmaps; the proxy saw %d metadata lists, %d one-object metadata reads and %d exact reads, the test made %d", name, lists, tr.MetadataLists, tr.MetadataReads, tr.ExactReads, lc.n-own0)
