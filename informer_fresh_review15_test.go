@@ -275,3 +275,55 @@ func TestRegressionFreshRestoredClusterWatchMissesDeletes(t *testing.T) {
 	}
 	r.waitApplied()
 }
+
+// futureWatch is a Source whose watches from a resourceVersion it has not
+// reached are accepted and quiet, as kube-apiserver's watch cache keeps
+// them (it sends nothing, bookmarks included, until it passes that
+// resourceVersion), where the Source refuses them as too large.
+type futureWatch struct{ *crashtest.Source }
+
+func (f futureWatch) Watch(o metav1.ListOptions) (watch.Interface, error) {
+	return f.WatchWithContext(context.Background(), o)
+}
+
+func (f futureWatch) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	if rv, err := strconv.ParseInt(o.ResourceVersion, 10, 64); err == nil {
+		if cur, _ := strconv.ParseInt(f.ResourceVersion(), 10, 64); rv > cur {
+			return watch.NewFake(), nil
+		}
+	}
+	return f.Source.WatchWithContext(ctx, o)
+}
+
+// TestRegressionFreshBookmarkRestoredClusterBehind: with
+// FreshBookmarkWait, a warm start reads the server's resourceVersion R
+// (one object's metadata) once its watch is accepted; a cache that has
+// applied more than R is not "caught up": the server is behind what it
+// has sent (restored from a backup), another history. The informer was
+// fresh at once, serving the old history's objects.
+func TestRegressionFreshBookmarkRestoredClusterBehind(t *testing.T) {
+	f := newCacheFile(t, 30)
+	var objs []runtime.Object
+	for i := range 10 {
+		p := testobj.Pod(500+i, 3, 2, "")
+		p.ResourceVersion = "3"
+		objs = append(objs, p)
+	}
+	restored := crashtest.NewSourceAt(func() runtime.Object { return &corev1.PodList{} }, 5, objs)
+	f.src = restored
+	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	inf, err := db.NewInformer("pods", futureWatch{restored}, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{
+		SyncPolicy: boltinformer.SyncAfterFresh, Metadata: restored, FreshBookmarkWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runInformer(t, inf)
+	waitFor(t, "HasSynced", inf.HasSynced)
+	if d := diffObjects(restored.Objects(), inf.GetStore().List()); d != "" {
+		t.Fatalf("fresh with another history's objects:\n%s", d)
+	}
+}

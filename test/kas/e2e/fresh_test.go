@@ -36,6 +36,14 @@ func freshAgentOptions(ns string) *boltinformer.FactoryOptions {
 	return &boltinformer.FactoryOptions{Namespace: ns, Informer: boltinformer.InformerOptions{SyncPolicy: boltinformer.SyncAfterFresh}}
 }
 
+// freshBookmarkOptions: SyncAfterFresh, fresh by a bookmark of the resumed
+// watch (FreshBookmarkWait long enough that the bookmark decides).
+func freshBookmarkOptions(ns string) *boltinformer.FactoryOptions {
+	o := freshAgentOptions(ns)
+	o.Informer.FreshBookmarkWait = 30 * time.Second
+	return o
+}
+
 // churnConfigMaps updates, creates and deletes n ConfigMaps each (named
 // from gen, so that rounds do not collide).
 func churnFresh(ctx context.Context, cms v1.ConfigMapInterface, ns string, n, gen int) error {
@@ -53,9 +61,10 @@ func churnFresh(ctx context.Context, cms v1.ConfigMapInterface, ns string, n, ge
 // freshStart restarts an agent warm, waits for the factory's sync (which
 // means Fresh), and checks that the cache equals a list the checker makes
 // right after: nothing changes on the server meanwhile.
-func freshStart(t *testing.T, cl *harness.Cluster, c *checker, path, ns string) (*agent, *boltinformer.Informer) {
+func freshStart(t *testing.T, cl *harness.Cluster, c *checker, path string, fopts *boltinformer.FactoryOptions) (*agent, *boltinformer.Informer) {
 	t.Helper()
-	a := newAgentOn(t, cl, path, freshAgentOptions(ns))
+	ns := fopts.Namespace
+	a := newAgentOn(t, cl, path, fopts)
 	inf, err := a.factory.PersistentInformer(&corev1.ConfigMap{})
 	if err != nil {
 		t.Fatal(err)
@@ -120,13 +129,32 @@ func TestFreshResume(t *testing.T) {
 			if err := churnFresh(ctx, cms, ns, n, gen+1); err != nil {
 				t.Fatal(err)
 			}
-			a, _ := freshStart(t, cluster, c, path, ns)
+			a, _ := freshStart(t, cluster, c, path, freshAgentOptions(ns))
 			defer a.stop()
 			if got := a.rec.count("LIST", "configmaps"); got != 0 {
 				t.Fatalf("%d full LISTs: %v", got, a.rec.listWatch("configmaps"))
 			}
 			if got := a.rec.count("LIST-METADATA", "configmaps"); got != 1 {
 				t.Fatalf("%d metadata lists, want 1", got)
+			}
+		})
+	}
+	// Fresh by a bookmark of the resumed watch: no metadata list of every
+	// object, only one-object reads of the server's resourceVersion.
+	for i, n := range freshChanges {
+		t.Run(fmt.Sprintf("changes=%d/bookmark", n), func(t *testing.T) {
+			if err := churnFresh(ctx, cms, ns, n, i+5); err != nil {
+				t.Fatal(err)
+			}
+			a, _ := freshStart(t, cluster, c, path, freshBookmarkOptions(ns))
+			defer a.stop()
+			if got := a.rec.count("LIST", "configmaps"); got != 0 {
+				t.Fatalf("%d full LISTs: %v", got, a.rec.listWatch("configmaps"))
+			}
+			for _, r := range a.rec.requests("configmaps") {
+				if r.Verb == "LIST-METADATA" && r.Query.Get("limit") != "1" {
+					t.Fatalf("a metadata list of every object (the bookmark did not decide): %v", a.rec.listWatch("configmaps"))
+				}
 			}
 		})
 	}
@@ -143,7 +171,7 @@ func TestFreshResume(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := newChecker(t)
-		a, inf := freshStart(t, cluster, c, path, ns)
+		a, inf := freshStart(t, cluster, c, path, freshAgentOptions(ns))
 		defer a.stop()
 		if st := inf.WatchStats(); st.Expired < 1 || st.PartialRelists != 1 {
 			t.Fatalf("watch stats: %+v, want a 410 and one partial relist", st)

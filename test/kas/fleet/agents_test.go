@@ -33,6 +33,11 @@ import (
 type meter struct {
 	lists, watches atomic.Int64
 	bytes          atomic.Int64 // decoded response body bytes read
+	// Of lists: metadata-only (PartialObjectMetadataList) and exact reads
+	// (resourceVersionMatch=Exact); the rest are full LISTs. metaOne
+	// counts the metadata lists of one object (limit=1: a read of the
+	// server's resourceVersion).
+	metaLists, metaOne, exactLists atomic.Int64
 }
 
 // transport is one agent's http.RoundTripper: it counts its requests and
@@ -61,6 +66,15 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.m.watches.Add(1)
 	case req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/pods"):
 		t.m.lists.Add(1)
+		switch {
+		case strings.Contains(req.Header.Get("Accept"), "as=PartialObjectMetadataList"):
+			t.m.metaLists.Add(1)
+			if q.Get("limit") == "1" {
+				t.m.metaOne.Add(1)
+			}
+		case q.Get("resourceVersionMatch") == "Exact":
+			t.m.exactLists.Add(1)
+		}
 	}
 	resp, err := t.next.RoundTrip(req)
 	if err != nil {
