@@ -56,7 +56,10 @@ type FactoryOptions struct {
 	// Informer are the defaults for every informer (Memory, CacheSize,
 	// SyncPolicy, TransformID, Keyring, ...). Its ClusterID, Resource and
 	// ListOptions are the factory's to set, per informer: NewFactory
-	// rejects them.
+	// rejects them. Its FreshBookmarkWait 0 means
+	// DefaultFactoryFreshBookmarkWait (with SyncAfterFresh, a warm start
+	// is fresh by a bookmark of its resumed watch); negative means none
+	// (fresh by a metadata list of every object at once).
 	Informer InformerOptions
 	// Keyrings encrypt at rest the resources they name: each informer of a
 	// resource an entry names gets that entry's keyring. An entry is

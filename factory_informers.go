@@ -106,6 +106,15 @@ func (f *Factory) persistentLocked(obj runtime.Object, newFunc internalinterface
 	return inf, newFunc, err
 }
 
+// DefaultFactoryFreshBookmarkWait is a Factory's informers'
+// FreshBookmarkWait unless FactoryOptions.Informer sets one: with
+// SyncAfterFresh, a warm start is fresh at a bookmark of its resumed watch
+// (about a second in, in a live cluster), at about a hundredth of the
+// apiserver's CPU and bytes of the metadata list of every object, which
+// decides after this long without one (docs/BENCHMARKS.md, "Fresh
+// resume").
+const DefaultFactoryFreshBookmarkWait = 5 * time.Second
+
 // informerOptionsLocked returns the options of gvr's informer listing
 // namespace ns with these selectors: the factory's defaults, its
 // identity, the metadata lister of that scope when the factory has a
@@ -114,6 +123,9 @@ func (f *Factory) persistentLocked(obj runtime.Object, newFunc internalinterface
 // The caller holds mu.
 func (f *Factory) informerOptionsLocked(gvr schema.GroupVersionResource, ns, labelSelector, fieldSelector string) *InformerOptions {
 	io := f.opts.Informer
+	if io.FreshBookmarkWait == 0 {
+		io.FreshBookmarkWait = DefaultFactoryFreshBookmarkWait
+	}
 	io.ClusterID = f.cluster
 	io.Resource = gvr.String()
 	io.ListOptions = ListOptionsFingerprint(ns, metav1.ListOptions{LabelSelector: labelSelector, FieldSelector: fieldSelector})

@@ -38,6 +38,8 @@ type meter struct {
 	// counts the metadata lists of one object (limit=1: a read of the
 	// server's resourceVersion).
 	metaLists, metaOne, exactLists atomic.Int64
+	// fullListBytes counts the bytes of the full LISTs only.
+	fullListBytes atomic.Int64
 }
 
 // transport is one agent's http.RoundTripper: it counts its requests and
@@ -61,6 +63,7 @@ func (t *transport) wrap(rt http.RoundTripper) http.RoundTripper {
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	q := req.URL.Query()
 	isWatch := q.Get("watch") == "true" || q.Get("watch") == "1"
+	var also *atomic.Int64
 	switch {
 	case isWatch:
 		t.m.watches.Add(1)
@@ -74,13 +77,15 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		case q.Get("resourceVersionMatch") == "Exact":
 			t.m.exactLists.Add(1)
+		default:
+			also = &t.m.fullListBytes
 		}
 	}
 	resp, err := t.next.RoundTrip(req)
 	if err != nil {
 		return nil, err
 	}
-	resp.Body = &countingBody{ReadCloser: resp.Body, n: &t.m.bytes}
+	resp.Body = &countingBody{ReadCloser: resp.Body, n: &t.m.bytes, also: also}
 	if isWatch && resp.StatusCode == http.StatusOK {
 		t.once.Do(func() { close(t.watching) })
 	}
@@ -89,12 +94,15 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 type countingBody struct {
 	io.ReadCloser
-	n *atomic.Int64
+	n, also *atomic.Int64 // also may be nil
 }
 
 func (b *countingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.n.Add(int64(n))
+	if b.also != nil {
+		b.also.Add(int64(n))
+	}
 	return n, err
 }
 
