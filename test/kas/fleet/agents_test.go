@@ -38,8 +38,10 @@ type meter struct {
 	// counts the metadata lists of one object (limit=1: a read of the
 	// server's resourceVersion).
 	metaLists, metaOne, exactLists atomic.Int64
-	// fullListBytes counts the bytes of the full LISTs only.
+	// fullListBytes counts the bytes of the full LISTs only;
+	// fullListQuery is the query of the last one.
 	fullListBytes atomic.Int64
+	fullListQuery atomic.Pointer[string]
 }
 
 // transport is one agent's http.RoundTripper: it counts its requests and
@@ -79,6 +81,8 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			t.m.exactLists.Add(1)
 		default:
 			also = &t.m.fullListBytes
+			rq := req.URL.RawQuery
+			t.m.fullListQuery.Store(&rq)
 		}
 	}
 	resp, err := t.next.RoundTrip(req)

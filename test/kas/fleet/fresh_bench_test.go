@@ -15,7 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientfeatures "k8s.io/client-go/features"
 	clientfeaturestesting "k8s.io/client-go/features/testing"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/boltinformer/boltinformer"
@@ -113,7 +115,8 @@ type freshAgent struct {
 }
 
 // startFreshAgent starts a freshAgent; bookmarkWait is its
-// FreshBookmarkWait (0: fresh by the metadata list's diff).
+// FreshBookmarkWait (negative: fresh by the metadata list's diff; 0: the
+// factory's default).
 func startFreshAgent(c *harness.Cluster, ns, path string, m *meter, partialRatio float64, bookmarkWait time.Duration) (*freshAgent, error) {
 	tr := newTransport(m)
 	db, err := boltinformer.Open(path, nil)
@@ -187,7 +190,7 @@ func BenchmarkFreshResume(b *testing.B) {
 			// settled.
 			time.Sleep(10 * time.Second)
 			idle := idleRate(b, c, 10*time.Second)
-			b.Logf("apiserver idle: %.0f ms/s", idle*1e3/1e9)
+			b.Logf("apiserver idle: %.0f ms/s", idle*1e3)
 			report := func(b *testing.B, cpu, elapsed time.Duration, m *meter) {
 				per := float64(b.N)
 				b.ReportMetric(float64(cpu.Milliseconds())/per, "apiserver-cpu-ms/op")
@@ -200,8 +203,11 @@ func BenchmarkFreshResume(b *testing.B) {
 				b.ReportMetric(float64(m.bytes.Load())/per/(1<<20), "MiB-read/op")
 				b.ReportMetric(float64(m.fullListBytes.Load())/per/(1<<20), "MiB-full-LIST/op")
 				b.ReportMetric(loadAverage(), "load1")
+				if q := m.fullListQuery.Load(); q != nil {
+					b.Logf("full LISTs: %d, %.1f MiB, the last one ?%s", m.lists.Load()-m.metaLists.Load()-m.exactLists.Load(), float64(m.fullListBytes.Load())/(1<<20), *q)
+				}
 			}
-			cold := func(b *testing.B) {
+			cold := func(b *testing.B, start func(base *rest.Config, ns string, m *meter) (*agent, error)) {
 				b.StopTimer()
 				m := &meter{}
 				var cpu, elapsed time.Duration
@@ -209,7 +215,7 @@ func BenchmarkFreshResume(b *testing.B) {
 					cpu0, _ := c.APIServerCPU()
 					t0 := time.Now()
 					b.StartTimer()
-					a, err := startAgent(c.RESTConfig(), clientGo, ns, "", "", m)
+					a, err := start(c.RESTConfig(), ns, m)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -226,10 +232,18 @@ func BenchmarkFreshResume(b *testing.B) {
 				}
 				report(b, cpu, elapsed, m)
 			}
-			b.Run("client-go=watchlist", cold)
+			b.Run("client-go=watchlist", func(b *testing.B) { cold(b, startAgentJSON) })
 			b.Run("client-go=list", func(b *testing.B) {
 				clientfeaturestesting.SetFeatureDuringTest(b, clientfeatures.WatchListClient, false)
-				cold(b)
+				cold(b, startAgentJSON)
+			})
+			// client-go's generated informer over a clientset, as
+			// informers.NewSharedInformerFactory builds it: its typed
+			// client asks for protobuf.
+			b.Run("client-go=watchlist-protobuf", func(b *testing.B) { cold(b, startTypedClientGo) })
+			b.Run("client-go=list-protobuf", func(b *testing.B) {
+				clientfeaturestesting.SetFeatureDuringTest(b, clientfeatures.WatchListClient, false)
+				cold(b, startTypedClientGo)
 			})
 			path := filepath.Join(b.TempDir(), "fresh.db")
 			warm := func(b *testing.B, changes int, restart bool, ratio float64, bookmarkWait time.Duration) {
@@ -282,7 +296,7 @@ func BenchmarkFreshResume(b *testing.B) {
 				report(b, cpu, elapsed, m)
 			}
 			// Write the file once (a cold start).
-			a, err := startFreshAgent(c, ns, path, &meter{}, 0, 0)
+			a, err := startFreshAgent(c, ns, path, &meter{}, 0, -1)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -299,7 +313,7 @@ func BenchmarkFreshResume(b *testing.B) {
 			// resourceVersion), after 0, 10 and 10% of the Pods changed
 			// while the agent was down.
 			for _, k := range []int{0, 10, n / 10} {
-				b.Run(fmt.Sprintf("boltinformer=fresh-list/changed=%d", k), func(b *testing.B) { warm(b, k, false, 0, 0) })
+				b.Run(fmt.Sprintf("boltinformer=fresh-list/changed=%d", k), func(b *testing.B) { warm(b, k, false, 0, -1) })
 				b.Run(fmt.Sprintf("boltinformer=fresh-bookmark/changed=%d", k), func(b *testing.B) { warm(b, k, false, 0, benchBookmarkWait) })
 			}
 			// After an apiserver restart, 1% changed: the partial relist
@@ -312,8 +326,8 @@ func BenchmarkFreshResume(b *testing.B) {
 			}
 			for _, pct := range pcts {
 				k := n * pct / 100
-				b.Run(fmt.Sprintf("boltinformer=410/changed=%d%%/partial", pct), func(b *testing.B) { warm(b, k, true, 1, 0) })
-				b.Run(fmt.Sprintf("boltinformer=410/changed=%d%%/full", pct), func(b *testing.B) { warm(b, k, true, -1, 0) })
+				b.Run(fmt.Sprintf("boltinformer=410/changed=%d%%/partial", pct), func(b *testing.B) { warm(b, k, true, 1, -1) })
+				b.Run(fmt.Sprintf("boltinformer=410/changed=%d%%/full", pct), func(b *testing.B) { warm(b, k, true, -1, -1) })
 			}
 		})
 	}
@@ -372,4 +386,30 @@ func heartbeat(tb testing.TB, cs kubernetes.Interface, period time.Duration) (st
 		}
 	}()
 	return func() { cancel(); <-done }
+}
+
+// startAgentJSON starts client-go's informer over a REST client that
+// reads JSON (client-go's default content type for a rest.Config).
+func startAgentJSON(base *rest.Config, ns string, m *meter) (*agent, error) {
+	return startAgent(base, clientGo, ns, "", "", m)
+}
+
+// startTypedClientGo starts client-go's Pod informer as its generated
+// informers build it over a clientset (informers.NewSharedInformerFactory):
+// the typed client reads protobuf.
+func startTypedClientGo(base *rest.Config, ns string, m *meter) (*agent, error) {
+	tr := newTransport(m)
+	cs, err := kubernetes.NewForConfig(agentConfig(base, tr))
+	if err != nil {
+		return nil, err
+	}
+	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns))
+	a := &agent{kind: clientGo, tr: tr, done: make(chan struct{}), inf: f.Core().V1().Pods().Informer()}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	go func() {
+		defer close(a.done)
+		a.inf.RunWithContext(ctx)
+	}()
+	return a, nil
 }
