@@ -8,8 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
@@ -90,4 +95,76 @@ func TestRegressionBearerSchemeAnyCase(t *testing.T) {
 			t.Errorf("Authorization %q: %d, want %d", strings.Replace(auth, tok, "TOKEN", 1), resp.StatusCode, want)
 		}
 	}
+}
+
+// TestRegressionDiscoveryWithoutCoreResources: a local API that serves no
+// core/v1 resource (an agent of Deployments or custom resources only)
+// does not announce the core version: /api announced v1 and /api/v1 was
+// 404, which client-go's cached discovery (kubectl's) takes for a group
+// that failed: `kubectl api-resources` failed with "unable to retrieve
+// the complete list of server APIs: v1".
+func TestRegressionDiscoveryWithoutCoreResources(t *testing.T) {
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d", Namespace: "ns", ResourceVersion: "5"}}
+	h, err := localapi.NewStatic([]localapi.Snapshot{{Informer: "deployments", Resource: "apps/v1, Resource=deployments",
+		Kind: appsv1.SchemeGroupVersion.WithKind("Deployment"), Objects: []runtime.Object{d}, ResourceVersion: "5"}}, &localapi.Options{Logger: &quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := serve(t, h, "")
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, lists, err := memory.NewMemCacheClient(dc).ServerGroupsAndResources()
+	if err != nil {
+		t.Fatalf("discovery: %v", err)
+	}
+	var got []string
+	for _, l := range lists {
+		for _, r := range l.APIResources {
+			got = append(got, l.GroupVersion+" "+r.Name)
+		}
+	}
+	if strings.Join(got, ",") != "apps/v1 deployments" {
+		t.Fatalf("resources %v", got)
+	}
+}
+
+// TestRegressionPreferredVersionKubeAware: a group served at several
+// versions prefers the highest by Kubernetes' version order (v2 over
+// v1beta1, v1beta2 over v1beta1), listed first, as the apiserver does; it
+// preferred the first in string order.
+func TestRegressionPreferredVersionKubeAware(t *testing.T) {
+	var snaps []localapi.Snapshot
+	for _, v := range []string{"v1beta1", "v2", "v1alpha1", "v1beta2"} {
+		snaps = append(snaps, localapi.Snapshot{Informer: "widgets-" + v, Resource: "example.com/" + v + ", Resource=widgets",
+			Kind: schema.GroupVersionKind{Group: "example.com", Version: v, Kind: "Widget"}, ResourceVersion: "5"})
+	}
+	h, err := localapi.NewStatic(snaps, &localapi.Options{Logger: &quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := serve(t, h, "")
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := dc.ServerGroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range groups.Groups {
+		if g.Name != "example.com" {
+			continue
+		}
+		var vs []string
+		for _, v := range g.Versions {
+			vs = append(vs, v.Version)
+		}
+		if strings.Join(vs, ",") != "v2,v1beta2,v1beta1,v1alpha1" || g.PreferredVersion.Version != "v2" {
+			t.Fatalf("versions %v, preferred %s", vs, g.PreferredVersion.Version)
+		}
+		return
+	}
+	t.Fatalf("no group example.com in %v", groups.Groups)
 }

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/version"
 )
 
 // readOnlyVerbs are the verbs every served resource has.
@@ -35,9 +36,16 @@ func (h *Handler) serveDiscovery(w http.ResponseWriter, r *http.Request, path st
 		_, _ = w.Write([]byte("ok"))
 		return true
 	case path == "/api":
+		// v1 only when a core resource is served: client-go's cached
+		// discovery (kubectl's) takes an announced version without
+		// resources for a group that failed.
+		versions := []string{}
+		if len(h.resourceList(schema.GroupVersion{Version: "v1"}).APIResources) > 0 {
+			versions = append(versions, "v1")
+		}
 		obj = &metav1.APIVersions{
 			TypeMeta:                   metav1.TypeMeta{Kind: "APIVersions"},
-			Versions:                   []string{"v1"},
+			Versions:                   versions,
 			ServerAddressByClientCIDRs: []metav1.ServerAddressByClientCIDR{{ClientCIDR: "0.0.0.0/0", ServerAddress: r.Host}},
 		}
 	case path == "/apis":
@@ -98,7 +106,7 @@ func (h *Handler) isReadOnly(w http.ResponseWriter, r *http.Request, path string
 }
 
 // groupList is /apis: every group with a served resource, its versions
-// sorted (the first preferred).
+// in Kubernetes' order (the first preferred).
 func (h *Handler) groupList() *metav1.APIGroupList {
 	gl := &metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}, Groups: []metav1.APIGroup{}}
 	versions := map[string][]string{}
@@ -139,7 +147,8 @@ func (h *Handler) group(name string) *metav1.APIGroup {
 }
 
 func apiGroup(name string, versions []string) metav1.APIGroup {
-	sort.Strings(versions)
+	// The apiserver's order: the preferred (highest) version first.
+	sort.Slice(versions, func(i, j int) bool { return version.CompareKubeAwareVersionStrings(versions[i], versions[j]) > 0 })
 	g := metav1.APIGroup{Name: name}
 	for _, v := range versions {
 		g.Versions = append(g.Versions, metav1.GroupVersionForDiscovery{GroupVersion: name + "/" + v, Version: v})
