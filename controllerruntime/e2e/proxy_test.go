@@ -30,7 +30,18 @@ type proxy struct {
 	// mu guards reqs.
 	mu   sync.Mutex
 	reqs []*request
+	// blocked, when set, is a resource whose lists and watches the proxy
+	// answers with 503 Service Unavailable (the server unreachable for
+	// them), without forwarding.
+	blocked atomic.Pointer[string]
 }
+
+// block makes the proxy answer resource's lists and watches with 503
+// until unblock.
+func (p *proxy) block(resource string) { p.blocked.Store(&resource) }
+
+// unblock forwards every request again.
+func (p *proxy) unblock() { p.blocked.Store(nil) }
 
 // request is one request the proxy forwarded.
 type request struct {
@@ -170,7 +181,13 @@ func newProxy(t testing.TB) *proxy {
 		},
 		ErrorLog: nil,
 	}
-	p.srv = httptest.NewServer(rp)
+	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if b := p.blocked.Load(); b != nil && collectionResource(req.URL.Path) == *b {
+			http.Error(w, "blocked by the test's proxy", http.StatusServiceUnavailable)
+			return
+		}
+		rp.ServeHTTP(w, req)
+	}))
 	t.Cleanup(p.srv.Close)
 	return p
 }
