@@ -219,7 +219,7 @@ func TestFreshResume(t *testing.T) {
 // after the backup are deleted, changed ones go back); fresh by the
 // metadata list and fresh by a bookmark (FreshBookmarkWait) alike.
 func TestFreshRestoredCluster(t *testing.T) {
-	t.Run("metadata-list", func(t *testing.T) { testFreshRestoredCluster(t, 0) })
+	t.Run("metadata-list", func(t *testing.T) { testFreshRestoredCluster(t, -1) })
 	t.Run("bookmark", func(t *testing.T) { testFreshRestoredCluster(t, 5*time.Second) })
 }
 
