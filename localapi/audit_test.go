@@ -168,3 +168,25 @@ func TestRegressionPreferredVersionKubeAware(t *testing.T) {
 	}
 	t.Fatalf("no group example.com in %v", groups.Groups)
 }
+
+// TestRegressionNamedGetWithWatchParam: ?watch=true on a named object's
+// path is a GET, as in the apiserver (only a path without a name, or the
+// /watch/ prefix, watches); the local API streamed a watch, and 404 for
+// the status subresource.
+func TestRegressionNamedGetWithWatchParam(t *testing.T) {
+	a := startAgent(t, "", newPodSource(3))
+	_, cfg, _ := serveAgent(t, a, nil)
+	for _, path := range []string{"/api/v1/namespaces/ns-1/pods/pod-000001?watch=true", "/api/v1/namespaces/ns-1/pods/pod-000001/status?watch=1"} {
+		resp, err := httpClient(t, cfg).Get(cfg.Host + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The first JSON value only: a watch's stream does not end.
+		var m map[string]any
+		err = json.NewDecoder(resp.Body).Decode(&m)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK || m["kind"] != "Pod" {
+			t.Errorf("GET %s: %d %v: type %v kind %v", path, resp.StatusCode, err, m["type"], m["kind"])
+		}
+	}
+}

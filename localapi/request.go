@@ -139,9 +139,10 @@ func parseListOptions(q url.Values) (*listOptions, error) {
 	return o, nil
 }
 
-// isWatch reports whether the request is a WATCH (the query's watch
-// parameter or the /watch/ path).
-func isWatch(r *request, o *listOptions) bool { return r.watchPath || o.Watch }
+// isWatch reports whether the request is a WATCH: the /watch/ path, or the
+// query's watch parameter on a collection (on a named object it is a GET,
+// as in the apiserver).
+func isWatch(r *request, o *listOptions) bool { return r.watchPath || (o.Watch && r.name == "") }
 
 // methodVerb names a write method as the apiserver does in its 405.
 func methodVerb(method string, hasName bool) string {
