@@ -2,6 +2,7 @@ package localapi_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -9,7 +10,9 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
@@ -187,6 +190,58 @@ func TestRegressionNamedGetWithWatchParam(t *testing.T) {
 		resp.Body.Close()
 		if err != nil || resp.StatusCode != http.StatusOK || m["kind"] != "Pod" {
 			t.Errorf("GET %s: %d %v: type %v kind %v", path, resp.StatusCode, err, m["type"], m["kind"])
+		}
+	}
+}
+
+// TestRegressionFieldSelectorUnstructuredBuiltin: a dynamic informer of a
+// built-in kind holds unstructured objects; the kind's own field selectors
+// (spec.nodeName of Pods) read them too. They read only typed objects, and
+// every unstructured Pod had an empty spec.nodeName: a selected list was
+// silently empty.
+func TestRegressionFieldSelectorUnstructuredBuiltin(t *testing.T) {
+	var objs []runtime.Object
+	for i, node := range []string{"node-1", "node-2", "node-1"} {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion("v1")
+		u.SetKind("Pod")
+		u.SetNamespace("ns")
+		u.SetName(fmt.Sprintf("pod-%d", i))
+		u.SetResourceVersion(fmt.Sprint(10 + i))
+		if err := unstructured.SetNestedField(u.Object, node, "spec", "nodeName"); err != nil {
+			t.Fatal(err)
+		}
+		if err := unstructured.SetNestedField(u.Object, i == 2, "spec", "hostNetwork"); err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, u)
+	}
+	h, err := localapi.NewStatic([]localapi.Snapshot{{Informer: "pods", Resource: "/v1, Resource=pods",
+		Kind: corev1.SchemeGroupVersion.WithKind("Pod"), Objects: objs, ResourceVersion: "12"}}, &localapi.Options{Logger: &quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := serve(t, h, "")
+	for sel, want := range map[string]string{
+		"spec.nodeName=node-1":                        "pod-0,pod-2",
+		"spec.nodeName!=node-1":                       "pod-1",
+		"spec.hostNetwork=true":                       "pod-2",
+		"spec.nodeName=node-1,spec.hostNetwork=false": "pod-0",
+	} {
+		var l metav1.PartialObjectMetadataList
+		b, err := restClient(t, cfg, corev1.SchemeGroupVersion).Get().Namespace("ns").Resource("pods").Param("fieldSelector", sel).Do(t.Context()).Raw()
+		if err != nil {
+			t.Fatalf("%s: %v", sel, err)
+		}
+		if err := json.Unmarshal(b, &l); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, it := range l.Items {
+			got = append(got, it.Name)
+		}
+		if strings.Join(got, ",") != want {
+			t.Errorf("fieldSelector %s: %v, want %s", sel, got, want)
 		}
 	}
 }

@@ -10,11 +10,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/kubernetes/scheme"
 )
 
 // fieldSet are one kind's own selectable fields, as the apiserver defines
@@ -49,6 +51,7 @@ type selector struct {
 	labels     labels.Selector
 	fields     fields.Selector
 	value      func(runtime.Object, string) string // the kind's own fields, or nil
+	gvk        schema.GroupVersionKind             // the resource's kind
 	namespaced bool
 	everything bool
 	// scratch is the object matches asks the field selector about: one
@@ -59,7 +62,7 @@ type selector struct {
 // newSelector checks the field selector's labels against what the kind
 // supports: an unknown one is a BadRequest, as in the apiserver.
 func newSelector(res *Resource, ls labels.Selector, fs fields.Selector) (*selector, error) {
-	s := &selector{labels: ls, fields: fs, namespaced: res.namespaced()}
+	s := &selector{labels: ls, fields: fs, namespaced: res.namespaced(), gvk: res.gvk()}
 	kf, known := kindFields[schema.GroupKind{Group: res.Group, Kind: res.Kind}]
 	allowed := sets.New("metadata.name", "metadata.namespace")
 	if known {
@@ -90,7 +93,7 @@ func (s *selector) matches(obj runtime.Object) bool {
 	if s.fields.Empty() {
 		return true
 	}
-	s.scratch = objectFields{s, obj, m}
+	s.scratch = objectFields{s: s, obj: obj, m: m}
 	ok := s.fields.Matches(&s.scratch)
 	s.scratch = objectFields{}
 	return ok
@@ -102,6 +105,9 @@ type objectFields struct {
 	s   *selector
 	obj runtime.Object
 	m   metav1.Object
+	// typed is obj as its built-in type, when obj is unstructured (a
+	// dynamic informer's), converted at the first kind-specific field.
+	typed runtime.Object
 }
 
 func (f *objectFields) Has(field string) bool { return true }
@@ -117,9 +123,29 @@ func (f *objectFields) Get(field string) string {
 		return ""
 	}
 	if f.s.value != nil {
-		return f.s.value(f.obj, field)
+		return f.s.value(f.typedObject(), field)
 	}
 	return ""
+}
+
+// typedObject is the object as the kind's field functions read it: an
+// unstructured object converted to the kind's built-in type (they read
+// typed objects only). One that does not convert stays unstructured: its
+// kind-specific fields read empty.
+func (f *objectFields) typedObject() runtime.Object {
+	u, ok := f.obj.(*unstructured.Unstructured)
+	if !ok {
+		return f.obj
+	}
+	if f.typed == nil {
+		f.typed = u
+		if obj, err := scheme.Scheme.New(f.s.gvk); err == nil {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), obj); err == nil {
+				f.typed = obj
+			}
+		}
+	}
+	return f.typed
 }
 
 // singleName returns the name a field selector pins (metadata.name=x), if
