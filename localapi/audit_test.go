@@ -245,3 +245,39 @@ func TestRegressionFieldSelectorUnstructuredBuiltin(t *testing.T) {
 		}
 	}
 }
+
+// TestRegressionTableUnstructuredBuiltin: the Table of a dynamic informer
+// of a built-in kind (unstructured objects) has the kind's cells; it had
+// "?" in every column but NAME and AGE.
+func TestRegressionTableUnstructuredBuiltin(t *testing.T) {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("v1")
+	u.SetKind("Pod")
+	u.SetNamespace("ns")
+	u.SetName("pod-0")
+	u.SetResourceVersion("10")
+	if err := unstructured.SetNestedField(u.Object, "node-1", "spec", "nodeName"); err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(u.Object, "Pending", "status", "phase"); err != nil {
+		t.Fatal(err)
+	}
+	h, err := localapi.NewStatic([]localapi.Snapshot{{Informer: "pods", Resource: "/v1, Resource=pods",
+		Kind: corev1.SchemeGroupVersion.WithKind("Pod"), Objects: []runtime.Object{u}, ResourceVersion: "10"}}, &localapi.Options{Logger: &quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := serve(t, h, "")
+	b, err := restClient(t, cfg, corev1.SchemeGroupVersion).Get().Namespace("ns").Resource("pods").
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").Do(t.Context()).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tb metav1.Table
+	if err := json.Unmarshal(b, &tb); err != nil || len(tb.Rows) != 1 {
+		t.Fatalf("%v: %s", err, b)
+	}
+	if got := fmt.Sprint(tb.Rows[0].Cells); strings.Contains(got, "?") || !strings.Contains(got, "Pending") || !strings.Contains(got, "node-1") {
+		t.Fatalf("cells %s", got)
+	}
+}

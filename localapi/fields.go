@@ -128,24 +128,33 @@ func (f *objectFields) Get(field string) string {
 	return ""
 }
 
-// typedObject is the object as the kind's field functions read it: an
-// unstructured object converted to the kind's built-in type (they read
-// typed objects only). One that does not convert stays unstructured: its
-// kind-specific fields read empty.
+// typedObject is the object as the kind's field functions read it (see
+// typedOf), converted once.
 func (f *objectFields) typedObject() runtime.Object {
-	u, ok := f.obj.(*unstructured.Unstructured)
-	if !ok {
-		return f.obj
-	}
 	if f.typed == nil {
-		f.typed = u
-		if obj, err := scheme.Scheme.New(f.s.gvk); err == nil {
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), obj); err == nil {
-				f.typed = obj
-			}
-		}
+		f.typed = typedOf(f.obj, f.s.gvk)
 	}
 	return f.typed
+}
+
+// typedOf is obj as the kind's field and column functions read it: an
+// unstructured object (a dynamic informer's) converted to gvk's built-in
+// type, as they read typed objects only. Any other object, and one that
+// does not convert, is obj itself (its kind-specific fields read empty,
+// its cells "?").
+func typedOf(obj runtime.Object, gvk schema.GroupVersionKind) runtime.Object {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj
+	}
+	typed, err := scheme.Scheme.New(gvk)
+	if err != nil {
+		return obj
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), typed); err != nil {
+		return obj
+	}
+	return typed
 }
 
 // singleName returns the name a field selector pins (metadata.name=x), if
