@@ -46,6 +46,14 @@ type bookmarkState struct {
 	// cache is not the server's state at any resourceVersion until the
 	// relist's list replaces it.
 	off atomic.Bool
+	// n is how many objects the scope held at R (the read's items and
+	// remainingItemCount), -1 when the server did not say (selectors).
+	n atomic.Int64
+	// crossed is set, and atR counted, when the first watch event past R
+	// is about to be applied: the cache then holds the scope's state at
+	// R, whose size must be n. Both guarded by the informer's blockDeltas.
+	crossed bool
+	atR     int
 }
 
 // bookmarkFresh reports whether a warm start waits for a bookmark to be
@@ -110,6 +118,13 @@ func (s *Informer) readServerVersion(ctx context.Context) bool {
 		return true
 	}
 	r := list.ResourceVersion
+	n := int64(-1)
+	switch {
+	case list.Continue == "":
+		n = int64(len(list.Items))
+	case list.RemainingItemCount != nil:
+		n = int64(len(list.Items)) + *list.RemainingItemCount
+	}
 	s.blockDeltas.Lock()
 	defer s.blockDeltas.Unlock()
 	if s.fresh.reached() {
@@ -124,11 +139,15 @@ func (s *Informer) readServerVersion(ctx context.Context) bool {
 	case c < 0 || (c > 0 && s.olderThanCacheLocked(list)):
 		s.logger.Info("The server's state is older than the cache's (restored or replaced cluster?): the metadata list decides", "server", r, "cache", applied)
 		return false
+	case c == 0 && n >= 0 && int64(s.indexer.Len()) != n:
+		s.otherHistoryLocked("the cache holds another number of objects than the server at the same resourceVersion", applied, s.indexer.Len(), n)
+		return true
 	case c == 0:
 		s.logger.V(1).Info("Fresh: the cache has applied the server's resourceVersion", "resourceVersion", applied)
 		s.markFreshLocked(applied)
 		return true
 	}
+	s.bookmark.n.Store(n)
 	s.bookmark.r.Store(&r)
 	return true
 }
@@ -170,6 +189,36 @@ func (s *Informer) olderThanCacheLocked(list *metav1.PartialObjectMetadataList) 
 		}
 	}
 	return false
+}
+
+// otherHistoryLocked stops the wait for a bookmark and relists the
+// server's latest state over the cache: what the server said cannot be of
+// the cache's history. Caller holds blockDeltas.
+func (s *Informer) otherHistoryLocked(why, rv string, cached int, server int64) {
+	s.logger.Info("Warning: the server's history is not the cache's (restored or replaced cluster): relisting over the cache",
+		"reason", why, "resourceVersion", rv, "cached", cached, "server", server)
+	s.stopBookmarkFresh()
+	s.counters.otherTimeline.Add(1)
+	s.resume.RelistLatest()
+}
+
+// crossLocked notes the cache's size at R before the first watch event
+// past R is applied (bookmarkState.atR). Caller holds blockDeltas.
+func (s *Informer) crossLocked(obj any) {
+	if s.bookmark.crossed || s.fresh.reached() {
+		return
+	}
+	r := s.bookmark.r.Load()
+	if r == nil {
+		return
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	if c, err := resourceversion.CompareResourceVersion(m.GetResourceVersion(), *r); err == nil && c > 0 {
+		s.bookmark.crossed, s.bookmark.atR = true, s.indexer.Len()
+	}
 }
 
 // eventFreshLocked makes a warm start waiting for a bookmark fresh at a
@@ -216,6 +265,19 @@ func (s *Informer) bookmarkFreshLocked(rv string) {
 		return // R not known yet
 	case r != nil && !atLeast(rv, *r):
 		return
+	}
+	if n := s.bookmark.n.Load(); r != nil && n >= 0 {
+		// Every event up to R is applied: the cache held the scope's
+		// state at R, of n objects, when the first event past R came (or
+		// holds it now).
+		atR := s.indexer.Len()
+		if s.bookmark.crossed {
+			atR = s.bookmark.atR
+		}
+		if int64(atR) != n {
+			s.otherHistoryLocked("the cache held another number of objects than the server at its resourceVersion", *r, atR, n)
+			return
+		}
 	}
 	s.logger.V(1).Info("Fresh at a bookmark of the resumed watch", "resourceVersion", rv)
 	s.markFreshLocked(rv)

@@ -75,7 +75,9 @@ func (r *scoped) ListMetadata(ctx context.Context, o metav1.ListOptions) (*metav
 	}
 	l.Items = items
 	if o.Limit > 0 && int64(len(l.Items)) > o.Limit {
+		rest := int64(len(l.Items)) - o.Limit
 		l.Items = l.Items[:o.Limit]
+		l.Continue, l.RemainingItemCount = "more", &rest
 	}
 	return l, nil
 }
@@ -328,5 +330,87 @@ func TestRegressionFreshBookmarkBehindResumePoint(t *testing.T) {
 	}
 	if st := inf.WatchStats(); st.RelistsRequested != 1 {
 		t.Fatalf("watch stats %+v, want one relist of the latest state", st)
+	}
+}
+
+// TestRegressionFreshBookmarkRestoredPastTheFile: the cluster was restored
+// from a backup and written past the file's resourceVersion before the
+// start, so the resumed watch is served (events after the file's
+// resourceVersion, of the other history), and the first object the read
+// of R returns is not older than the cache's copy. Fresh at the first
+// event past R kept the old history's objects; the scope's size at R,
+// which the read gives, is not the cache's there: another history,
+// relisted.
+func TestRegressionFreshBookmarkRestoredPastTheFile(t *testing.T) {
+	f := newCacheFile(t, 10) // pods 0-9 at resourceVersions 1-10
+	var objs []runtime.Object
+	for _, k := range sortedKeys(f.src.Objects())[:7] {
+		p := f.src.Objects()[k].(*corev1.Pod).DeepCopy()
+		p.ResourceVersion = "3" // the backup's version, not older than the file's pod 0
+		p.Labels["timeline"] = "restored"
+		objs = append(objs, p)
+	}
+	restored := crashtest.NewSourceAt(func() runtime.Object { return &corev1.PodList{} }, 5, objs)
+	for i := range 8 { // written past the file's 10
+		if _, err := restored.Create(testobj.Pod(100+i, 3, 2, "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lw := &scoped{Source: restored}
+	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	inf, err := db.NewInformer("pods", lw, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{
+		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, Metadata: lw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runInformer(t, inf)
+	waitFor(t, "the read of the server's resourceVersion", func() bool { return restored.Calls().MetadataLists == 1 })
+	restored.Bookmark()
+	waitFor(t, "HasSynced", inf.HasSynced)
+	if d := diffObjects(restored.Objects(), inf.GetStore().List()); d != "" {
+		t.Fatalf("synced with the old history's objects:\n%s", d)
+	}
+	if st := inf.WatchStats(); st.RelistsRequested != 1 {
+		t.Fatalf("watch stats %+v, want one relist of the latest state", st)
+	}
+}
+
+// TestFreshBookmarkCountsAtR: the scope's size at R is checked against
+// the cache's when the first event past R comes, not after it: the
+// objects created after R do not count.
+func TestFreshBookmarkCountsAtR(t *testing.T) {
+	f := newCacheFile(t, 10)
+	out := testobj.Pod(100, 1, 1, "")
+	out.Namespace = "other"
+	if _, err := f.src.Create(out); err != nil {
+		t.Fatal(err)
+	}
+	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	lw := &scoped{Source: f.src}
+	inf, err := db.NewInformer("pods", lw, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{
+		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, Metadata: lw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runInformer(t, inf)
+	waitFor(t, "the read of the server's resourceVersion", func() bool { return f.src.Calls().MetadataLists >= 1 })
+	for i := range 3 {
+		if _, err := f.src.Create(testobj.Pod(200+i, 3, 2, "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.src.Bookmark()
+	waitFor(t, "HasSynced", inf.HasSynced)
+	waitFor(t, "the 13 objects", func() bool { return inf.Indexer().Len() == 13 })
+	if st := inf.WatchStats(); st.RelistsRequested != 0 || st.Lists != 0 {
+		t.Fatalf("watch stats %+v, want no relist", st)
 	}
 }

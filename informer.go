@@ -1007,6 +1007,9 @@ func (s *Informer) processDeltasLocked(deltas cache.Deltas, isInInitialList bool
 			}
 			return nil
 		case cache.Sync, cache.Replaced, cache.Added, cache.Updated:
+			if d.Type != cache.Sync {
+				s.crossLocked(obj)
+			}
 			if old, exists, err := s.indexer.Get(obj); err == nil && exists {
 				if !s.noteWriteLocked(a, s.indexer.Update(obj)) {
 					continue
@@ -1024,6 +1027,9 @@ func (s *Informer) processDeltasLocked(deltas cache.Deltas, isInInitialList bool
 			s.observeDeltaLocked(d)
 			s.eventFreshLocked(obj)
 		case cache.Deleted:
+			if _, tomb := obj.(cache.DeletedFinalStateUnknown); !tomb {
+				s.crossLocked(obj)
+			}
 			if err := s.indexer.Delete(obj); err != nil {
 				return err
 			}
@@ -1247,6 +1253,9 @@ func (s *Informer) processBatchLocked(deltas []cache.Delta, isInInitialList bool
 		obj := d.Object
 		switch d.Type {
 		case cache.Sync, cache.Replaced, cache.Added, cache.Updated:
+			if d.Type != cache.Sync {
+				s.crossLocked(obj)
+			}
 			if old, exists, err := s.indexer.Get(obj); err == nil && exists {
 				txns = append(txns, cache.Transaction{Type: cache.TransactionTypeUpdate, Object: obj})
 				notes = append(notes, processor.UpdateNotification{Old: old, New: obj})
