@@ -61,7 +61,7 @@ func (h *Handler) encodeTable(buf *bytes.Buffer, out output, sv *served, objs []
 		}
 		cells, wide := columns.Unknown(len(cols.Headers)+len(cols.AfterAge)), columns.Unknown(len(cols.Wide))
 		if cols.Cells != nil {
-			cells, wide = cols.Cells(typedOf(obj, gvk))
+			cells, wide = cols.Cells(typedOf(obj, gvk), now)
 		}
 		before, after := cols.Split(cells)
 		row := metav1.TableRow{Cells: make([]any, 0, 2+len(cells)+len(wide))}

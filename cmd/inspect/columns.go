@@ -65,7 +65,7 @@ func objectTable(objs []*object, kind schema.GroupVersionKind, now time.Time) *m
 		created := time.Time{}
 		if o.obj != nil {
 			if cols.Cells != nil && o.gvk.GroupKind() == kind.GroupKind() {
-				cells, wcells = cols.Cells(o.obj)
+				cells, wcells = cols.Cells(o.obj, now)
 			}
 			if m, err := meta.Accessor(o.obj); err == nil {
 				created = m.GetCreationTimestamp().Time

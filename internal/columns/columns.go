@@ -21,8 +21,8 @@ import (
 type Set struct {
 	Headers, AfterAge, Wide []string
 	// Cells returns an object's cells for Headers then AfterAge, and for
-	// Wide ("?" for each when the object is not of the kind).
-	Cells func(runtime.Object) (cells, wide []string)
+	// Wide ("?" for each when the object is not of the kind), as of now.
+	Cells func(obj runtime.Object, now time.Time) (cells, wide []string)
 }
 
 // Split splits cells (for Headers then AfterAge) at AGE.
@@ -76,30 +76,12 @@ func Unknown(n int) []string {
 	return c
 }
 
-func podCells(obj runtime.Object) ([]string, []string) {
+func podCells(obj runtime.Object, now time.Time) ([]string, []string) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
 		return Unknown(3), Unknown(4)
 	}
-	ready, restarts := 0, int32(0)
-	status := string(p.Status.Phase)
-	if p.Status.Reason != "" {
-		status = p.Status.Reason
-	}
-	for _, cs := range p.Status.ContainerStatuses {
-		restarts += cs.RestartCount
-		switch {
-		case cs.State.Waiting != nil && cs.State.Waiting.Reason != "":
-			status = cs.State.Waiting.Reason
-		case cs.State.Terminated != nil && cs.State.Terminated.Reason != "":
-			status = cs.State.Terminated.Reason
-		case cs.Ready && cs.State.Running != nil:
-			ready++
-		}
-	}
-	if p.DeletionTimestamp != nil {
-		status = "Terminating"
-	}
+	ready, status, restarts := podStatus(p, now)
 	ip := p.Status.PodIP // an object not from an apiserver may lack PodIPs
 	if len(p.Status.PodIPs) > 0 {
 		ip = p.Status.PodIPs[0].IP
@@ -117,11 +99,11 @@ func podCells(obj runtime.Object) ([]string, []string) {
 		}
 		gates = fmt.Sprintf("%d/%d", met, n)
 	}
-	return []string{fmt.Sprintf("%d/%d", ready, len(p.Spec.Containers)), orNone(status), strconv.Itoa(int(restarts))},
+	return []string{ready, status, restarts},
 		[]string{orNone(ip), orNone(p.Spec.NodeName), orNone(p.Status.NominatedNodeName), gates}
 }
 
-func secretCells(obj runtime.Object) ([]string, []string) {
+func secretCells(obj runtime.Object, _ time.Time) ([]string, []string) {
 	s, ok := obj.(*corev1.Secret)
 	if !ok {
 		return Unknown(2), nil
@@ -129,7 +111,7 @@ func secretCells(obj runtime.Object) ([]string, []string) {
 	return []string{string(s.Type), strconv.Itoa(len(s.Data))}, nil
 }
 
-func configMapCells(obj runtime.Object) ([]string, []string) {
+func configMapCells(obj runtime.Object, _ time.Time) ([]string, []string) {
 	c, ok := obj.(*corev1.ConfigMap)
 	if !ok {
 		return Unknown(1), nil
@@ -137,7 +119,7 @@ func configMapCells(obj runtime.Object) ([]string, []string) {
 	return []string{strconv.Itoa(len(c.Data) + len(c.BinaryData))}, nil
 }
 
-func nodeCells(obj runtime.Object) ([]string, []string) {
+func nodeCells(obj runtime.Object, _ time.Time) ([]string, []string) {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
 		return Unknown(3), Unknown(5)
@@ -190,7 +172,7 @@ func nodeCells(obj runtime.Object) ([]string, []string) {
 			orUnknown(info.KernelVersion), orUnknown(info.ContainerRuntimeVersion)}
 }
 
-func serviceCells(obj runtime.Object) ([]string, []string) {
+func serviceCells(obj runtime.Object, _ time.Time) ([]string, []string) {
 	s, ok := obj.(*corev1.Service)
 	if !ok {
 		return Unknown(4), Unknown(1)
@@ -238,7 +220,7 @@ func serviceExternalIP(s *corev1.Service) string {
 	return "<unknown>"
 }
 
-func deploymentCells(obj runtime.Object) ([]string, []string) {
+func deploymentCells(obj runtime.Object, _ time.Time) ([]string, []string) {
 	d, ok := obj.(*appsv1.Deployment)
 	if !ok {
 		return Unknown(3), Unknown(3)
@@ -259,4 +241,137 @@ func deploymentCells(obj runtime.Object) ([]string, []string) {
 	return []string{fmt.Sprintf("%d/%d", d.Status.ReadyReplicas, want), strconv.Itoa(int(d.Status.UpdatedReplicas)),
 			strconv.Itoa(int(d.Status.AvailableReplicas))},
 		[]string{strings.Join(names, ","), strings.Join(images, ","), sel}
+}
+
+// podStatus is a Pod's READY, STATUS and RESTARTS as kube-apiserver prints
+// them: sidecars (restartable init containers) count as containers; while
+// the init containers run, STATUS is the first unfinished one's
+// ("Init:1/3", "Init:CrashLoopBackOff") and RESTARTS counts theirs; then
+// the first app container's waiting or terminated reason, a completed Pod
+// with a container still running being Running (its Ready condition true)
+// or NotReady; Terminating once deleted (Unknown on a lost node); RESTARTS
+// with the time since the last restart.
+func podStatus(p *corev1.Pod, now time.Time) (ready, status, restarts string) {
+	sidecars := map[string]bool{}
+	total := len(p.Spec.Containers)
+	for _, c := range p.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			sidecars[c.Name] = true
+			total++
+		}
+	}
+	status = string(p.Status.Phase)
+	if p.Status.Reason != "" {
+		status = p.Status.Reason
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonSchedulingGated {
+			status = corev1.PodReasonSchedulingGated
+		}
+	}
+	nReady, nRestarts, sidecarRestarts := 0, 0, 0
+	var last, sidecarLast time.Time
+	lastTermination := func(cs *corev1.ContainerStatus, t *time.Time) {
+		if term := cs.LastTerminationState.Terminated; term != nil && term.FinishedAt.After(*t) {
+			*t = term.FinishedAt.Time
+		}
+	}
+	initializing := false
+	for i := range p.Status.InitContainerStatuses {
+		cs := &p.Status.InitContainerStatuses[i]
+		nRestarts += int(cs.RestartCount)
+		lastTermination(cs, &last)
+		sidecar := sidecars[cs.Name]
+		if sidecar {
+			sidecarRestarts += int(cs.RestartCount)
+			lastTermination(cs, &sidecarLast)
+		}
+		term, wait := cs.State.Terminated, cs.State.Waiting
+		if term != nil && term.ExitCode == 0 {
+			continue // done
+		}
+		if sidecar && cs.Started != nil && *cs.Started {
+			if cs.Ready {
+				nReady++
+			}
+			continue // a running sidecar
+		}
+		initializing = true
+		switch {
+		case term != nil:
+			status = "Init:" + exitReason(term)
+		case wait != nil && wait.Reason != "" && wait.Reason != "PodInitializing":
+			status = "Init:" + wait.Reason
+		default:
+			status = fmt.Sprintf("Init:%d/%d", i, len(p.Spec.InitContainers))
+		}
+		break
+	}
+	if !initializing || podConditionTrue(p, corev1.PodInitialized) {
+		nRestarts, last = sidecarRestarts, sidecarLast
+		running, failed := false, ""
+		// The first container's reason is the one shown: walk backwards.
+		for i := len(p.Status.ContainerStatuses) - 1; i >= 0; i-- {
+			cs := &p.Status.ContainerStatuses[i]
+			nRestarts += int(cs.RestartCount)
+			lastTermination(cs, &last)
+			switch {
+			case cs.State.Waiting != nil && cs.State.Waiting.Reason != "":
+				status = cs.State.Waiting.Reason
+			case cs.State.Terminated != nil:
+				status = exitReason(cs.State.Terminated)
+				if cs.State.Terminated.ExitCode != 0 {
+					failed = status
+				}
+			case cs.Ready && cs.State.Running != nil:
+				running = true
+				nReady++
+			}
+		}
+		if status == "Completed" {
+			switch {
+			case running && podConditionTrue(p, corev1.PodReady):
+				status = "Running"
+			case failed != "":
+				status = failed
+			case running:
+				status = "NotReady"
+			}
+		}
+	}
+	if p.DeletionTimestamp != nil {
+		switch {
+		case p.Status.Reason == "NodeLost":
+			status = "Unknown"
+		case p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed:
+			status = "Terminating"
+		}
+	}
+	restarts = strconv.Itoa(nRestarts)
+	if nRestarts != 0 && !last.IsZero() {
+		restarts = fmt.Sprintf("%d (%s ago)", nRestarts, Age(now, last))
+	}
+	return fmt.Sprintf("%d/%d", nReady, total), status, restarts
+}
+
+// exitReason is a terminated container's reason, else its signal or exit
+// code.
+func exitReason(t *corev1.ContainerStateTerminated) string {
+	switch {
+	case t.Reason != "":
+		return t.Reason
+	case t.Signal != 0:
+		return fmt.Sprintf("Signal:%d", t.Signal)
+	}
+	return fmt.Sprintf("ExitCode:%d", t.ExitCode)
+}
+
+// podConditionTrue reports whether p has the condition t, true.
+func podConditionTrue(p *corev1.Pod, t corev1.PodConditionType) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == t {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }

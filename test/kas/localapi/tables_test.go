@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -26,9 +27,11 @@ const tableAccept = "application/json;as=Table;v=v1;g=meta.k8s.io"
 // TestRegressionTableColumnsAsKubeAPIServer: the local API's Tables of the
 // common kinds have kube-apiserver's columns (names, order, priority: what
 // kubectl get and get -o wide print) and cells, but AGE. It had Pods
-// without NOMINATED NODE and READINESS GATES in -o wide, Nodes without
-// ROLES and with VERSION before AGE, Services without EXTERNAL-IP,
-// Deployments without their wide columns.
+// without NOMINATED NODE and READINESS GATES in -o wide, and other STATUS,
+// READY and RESTARTS than kubectl's for Pods with init containers,
+// sidecars, restarts or a scheduling gate; Nodes without ROLES and with
+// VERSION before AGE, Services without EXTERNAL-IP, Deployments without
+// their wide columns.
 func TestRegressionTableColumnsAsKubeAPIServer(t *testing.T) {
 	cs, err := cluster.Clientset()
 	if err != nil {
@@ -41,10 +44,17 @@ func TestRegressionTableColumnsAsKubeAPIServer(t *testing.T) {
 	}
 	objs := tableObjects(t, cs, ns.Name)
 
-	var snaps []localapi.Snapshot
+	var snaps []localapi.Snapshot // one per resource
+	index := map[schema.GroupVersionResource]int{}
 	for _, o := range objs {
-		snaps = append(snaps, localapi.Snapshot{Informer: o.gvr.String(), Resource: o.gvr.GroupVersion().String() + ", Resource=" + o.gvr.Resource,
-			Kind: o.gvk, Objects: []runtime.Object{o.obj}, ResourceVersion: "1"})
+		i, ok := index[o.gvr]
+		if !ok {
+			i = len(snaps)
+			index[o.gvr] = i
+			snaps = append(snaps, localapi.Snapshot{Informer: o.gvr.String(), Resource: o.gvr.GroupVersion().String() + ", Resource=" + o.gvr.Resource,
+				Kind: o.gvk, ResourceVersion: "1"})
+		}
+		snaps[i].Objects = append(snaps[i].Objects, o.obj)
 	}
 	h, err := localapi.NewStatic(snaps, &localapi.Options{})
 	if err != nil {
@@ -108,6 +118,8 @@ func tableObjects(t *testing.T, cs kubernetes.Interface, ns string) []tableObjec
 	pod, err = cs.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 	must(err)
 
+	pods := statusPods(t, cs, ns)
+
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ns + "-node", Labels: map[string]string{
 		"node-role.kubernetes.io/worker": "", "node-role.kubernetes.io/edge": "", "kubernetes.io/role": "gateway"}}}
 	node, err = cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
@@ -133,12 +145,72 @@ func tableObjects(t *testing.T, cs kubernetes.Interface, ns string) []tableObjec
 	dep, err = cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{})
 	must(err)
 
-	return []tableObject{
+	out := []tableObject{
 		{corev1.SchemeGroupVersion.WithResource("pods"), corev1.SchemeGroupVersion.WithKind("Pod"), pod.Name, pod},
 		{corev1.SchemeGroupVersion.WithResource("nodes"), corev1.SchemeGroupVersion.WithKind("Node"), node.Name, node},
 		{corev1.SchemeGroupVersion.WithResource("services"), corev1.SchemeGroupVersion.WithKind("Service"), svc.Name, svc},
 		{appsv1.SchemeGroupVersion.WithResource("deployments"), appsv1.SchemeGroupVersion.WithKind("Deployment"), dep.Name, dep},
 	}
+	for _, p := range pods {
+		out = append(out, tableObject{corev1.SchemeGroupVersion.WithResource("pods"), corev1.SchemeGroupVersion.WithKind("Pod"), p.Name, p})
+	}
+	return out
+}
+
+// statusPods makes Pods in the states kubectl's STATUS, READY and RESTARTS
+// tell apart: restarts (with the time since the last), a crash loop in
+// the second of two containers, init containers under way, a running
+// sidecar, a scheduling gate, a completed container beside a running one.
+func statusPods(t *testing.T, cs kubernetes.Interface, ns string) []*corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	ago := metav1.NewTime(time.Now().Add(-30*time.Minute - 20*time.Second)) // "30m ago" on both sides
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: ago}}
+	restarted := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", FinishedAt: ago}}
+	always := corev1.ContainerRestartPolicyAlways
+	two := []corev1.Container{{Name: "main", Image: "app:v1"}, {Name: "side", Image: "side:v1"}}
+	type podCase struct {
+		name   string
+		spec   func(*corev1.PodSpec)
+		status corev1.PodStatus
+	}
+	cases := []podCase{
+		{"crashloop", func(s *corev1.PodSpec) { s.Containers = two }, corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
+			{Name: "main", Image: "app:v1", Ready: true, RestartCount: 3, State: running, LastTerminationState: restarted},
+			{Name: "side", Image: "side:v1", RestartCount: 2, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}, LastTerminationState: restarted}}}},
+		{"initializing", func(s *corev1.PodSpec) {
+			s.InitContainers = []corev1.Container{{Name: "init-a", Image: "init:v1"}, {Name: "init-b", Image: "init:v1"}}
+		}, corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{
+			{Name: "init-a", Image: "init:v1", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}},
+			{Name: "init-b", Image: "init:v1", RestartCount: 1, State: running, LastTerminationState: restarted}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "main", Image: "registry.example/app:v1", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}}}},
+		{"sidecar", func(s *corev1.PodSpec) {
+			s.InitContainers = []corev1.Container{{Name: "proxy", Image: "proxy:v1", RestartPolicy: &always}}
+		}, corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodInitialized, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+			InitContainerStatuses: []corev1.ContainerStatus{{Name: "proxy", Image: "proxy:v1", Ready: true, Started: ptr.To(true), RestartCount: 4, State: running, LastTerminationState: restarted}},
+			ContainerStatuses:     []corev1.ContainerStatus{{Name: "main", Image: "registry.example/app:v1", Ready: true, State: running}}}},
+		{"gated", func(s *corev1.PodSpec) { s.NodeName = "" }, corev1.PodStatus{Phase: corev1.PodPending,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonSchedulingGated}}}},
+		{"half-done", func(s *corev1.PodSpec) { s.Containers = two }, corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
+			{Name: "main", Image: "app:v1", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}},
+			{Name: "side", Image: "side:v1", Ready: true, State: running}}}},
+	}
+	var out []*corev1.Pod
+	for _, c := range cases {
+		p := testPod(0)
+		p.Name = c.name
+		c.spec(&p.Spec)
+		p, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		p.Status = c.status
+		if p, err = cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // serverTable is the apiserver's Table of path.
