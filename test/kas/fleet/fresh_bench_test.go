@@ -151,7 +151,9 @@ func (a *freshAgent) stop() error {
 // BOLTINFORMER_BENCH_LARGE=1; spec and status written by two managers, so
 // managedFields are a large part of each Pod) against the real apiserver.
 // ns/op is the time from the start until HasSynced: client-go's cold
-// start (WatchList, the default, and LIST) against boltinformer's warm
+// start (WatchList, the default, and LIST; over a REST client reading
+// JSON, and as its generated informers build it over a clientset, which
+// reads protobuf) against boltinformer's warm
 // restart with SyncAfterFresh (synced means the cache equals the server's
 // state), fresh by the metadata list's diff (fresh-list) or by a bookmark
 // of the resumed watch (fresh-bookmark, FreshBookmarkWait), after 0, 10 or
