@@ -54,6 +54,11 @@ var (
 	// stays at the last resourceVersion whose objects it holds
 	// (Health.NotPersisted says which). It is indexer.ErrNotPersisted.
 	ErrNotPersisted = indexer.ErrNotPersisted
+	// ErrCommitsHeld is wrapped by Informer.Flush's error while a warm
+	// start with ReplayDownDeletes holds its commits until it is fresh
+	// (Health.CommitsHeld): the file stays at its saved resourceVersion on
+	// purpose. It is indexer.ErrHeld.
+	ErrCommitsHeld = indexer.ErrHeld
 	// ErrClosed means the DB was used after Close.
 	ErrClosed = errors.New("boltinformer: DB is closed")
 	// ErrEncryptionKey means an informer's Keyring (or its absence) does

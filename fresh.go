@@ -142,6 +142,7 @@ func (s *Informer) markFreshLocked(rv string) {
 		s.fresh.reach(s.db.clock.Now())
 		s.logger.V(1).Info("Fresh: the cache equals the server's state", "resourceVersion", rv)
 	}
+	s.releaseHold("fresh")
 }
 
 // observeLocked notes an applied change for the catch-up. Caller holds

@@ -64,6 +64,11 @@ type Health struct {
 	// still bring (changed, created or deleted while the informer was
 	// down) before the cache is fresh.
 	CatchupPending int `json:"catchupPending,omitempty"`
+	// CommitsHeld is true while a warm start with ReplayDownDeletes holds
+	// its commits until it is fresh: the file stays at
+	// SavedResourceVersion, so that a process killed before fresh replays
+	// the same deletes at its next start (normally brief).
+	CommitsHeld bool `json:"commitsHeld,omitempty"`
 	// Stale is true when SyncAfterFresh's FreshTimeout made the informer
 	// synced without being fresh (the server unreachable).
 	Stale bool `json:"stale,omitempty"`
@@ -130,6 +135,7 @@ func (s *Informer) Health() Health {
 		h.CatchupPending = int(s.freshSt.pending.Load())
 	}
 	h.Stale = s.freshSt.stale.Load() && !h.Fresh
+	h.CommitsHeld = s.indexer.Held()
 	if why := s.freshSt.fallback.Load(); why != nil {
 		h.FreshFallback = *why
 	}

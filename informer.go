@@ -146,6 +146,15 @@ type InformerOptions struct {
 	// handlers only once the caches have synced (controller-runtime) hears
 	// about them, as it would have live. Handlers added before Run get
 	// those deletes as they happen.
+	//
+	// So that a process killed before it is fresh hears of them at its
+	// next start, a warm start holds its commits until fresh: the file
+	// stays at the saved resourceVersion (Health.CommitsHeld), the next
+	// start resumes from there and applies the same deletes again, and
+	// Flush returns an error wrapping ErrCommitsHeld (a stop before fresh
+	// leaves the file as it was, an exact past state). The hold ends at
+	// Fresh, or after FreshTimeout without it (if set): from then on a
+	// kill before fresh loses those deletes' replay, as without the hold.
 	ReplayDownDeletes bool
 	// FreshTimeout bounds SyncAfterFresh's wait: after this long without
 	// being fresh (the server unreachable), HasSynced reports true and the
@@ -441,6 +450,12 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 	if coldCopy != "" {
 		inf.damageCopy.Store(&coldCopy)
 	}
+	if o.ReplayDownDeletes && decision.Warm {
+		// The deletes the catch-up applies before fresh stay off the file
+		// until then: a process killed meanwhile resumes from the same
+		// saved resourceVersion and finds them again (releaseHold).
+		idx.Hold()
+	}
 	sink.attach(inf)
 	db.register(name, inf)
 	registered = true
@@ -470,7 +485,10 @@ func (s *Informer) Decision() Decision { return Decision(s.decision) }
 // listers take) and Health.
 func (s *Informer) Indexer() *indexer.Indexer { return s.indexer }
 
-// Flush commits the informer's pending mutations now.
+// Flush commits the informer's pending mutations now. Its error wraps
+// ErrNotPersisted while the informer holds objects it cannot write, and
+// ErrCommitsHeld while a warm start with ReplayDownDeletes is not yet
+// fresh; either way nothing of this informer was committed.
 func (s *Informer) Flush(ctx context.Context) error { return s.indexer.Flush(ctx) }
 
 // WatchStats are what an informer's list and watch calls have seen
@@ -543,7 +561,9 @@ func (s *Informer) RunWithContext(ctx context.Context) {
 		s.startedMu.Unlock()
 		stopProcessor()
 		wg.Wait()
-		if err := s.indexer.Flush(context.Background()); err != nil {
+		if err := s.indexer.Flush(context.Background()); errors.Is(err, indexer.ErrHeld) {
+			s.logger.Info("Stopped before fresh: nothing of this start committed; the next start resumes from the saved resourceVersion", "reason", err)
+		} else if err != nil {
 			s.logger.Error(err, "Final flush failed; the next start resumes from the last commit")
 		}
 		s.db.unregister(s)
@@ -738,6 +758,7 @@ func (s *Informer) watchSynced(ctx context.Context) {
 		case <-timeout:
 			s.freshSt.stale.Store(true)
 			s.logger.Info("Warning: not fresh within FreshTimeout (server unreachable?): synced, serving the cache as loaded", "freshTimeout", s.freshTimeout)
+			s.releaseHold("not fresh within FreshTimeout")
 		}
 	}
 	close(s.synced)
@@ -747,6 +768,24 @@ func (s *Informer) watchSynced(ctx context.Context) {
 	case <-s.initialDone:
 	}
 	close(s.handlersSynced)
+	if s.policy != SyncAfterFresh && s.freshTimeout > 0 && s.indexer.Held() {
+		// SyncAfterDiskLoad: FreshTimeout bounds the hold only.
+		select {
+		case <-ctx.Done():
+		case <-s.fresh.ch:
+		case <-s.db.clock.After(s.freshTimeout):
+			s.releaseHold("not fresh within FreshTimeout")
+		}
+	}
+}
+
+// releaseHold ends a warm start's hold on its commits (ReplayDownDeletes):
+// at Fresh, or after FreshTimeout without it (why), when a kill before
+// fresh can no longer replay the deletes applied so far at the next start.
+func (s *Informer) releaseHold(why string) {
+	if s.indexer.Release() && !s.fresh.reached() {
+		s.logger.Info("Warning: committing before fresh; the deletes applied so far are replayed to late handlers in this process only", "reason", why)
+	}
 }
 
 // HasSynced reports whether the informer's cache is synced (per its

@@ -387,6 +387,13 @@ func TestReplayDownDeletes(t *testing.T) {
 			if len(deletes) != want || len(adds) != 17 {
 				t.Fatalf("late handler: %d deletes %v, %d adds; want %d and 17", len(deletes), deletes, len(adds), want)
 			}
+			// Only ReplayDownDeletes holds a warm start's commits, until fresh.
+			if err := inf.Flush(context.Background()); err != nil {
+				t.Fatalf("Flush once fresh: %v", err)
+			}
+			if h := inf.Health(); h.CommitsHeld || h.SavedResourceVersion != f.src.ResourceVersion() {
+				t.Fatalf("held %t, saved resourceVersion %s, server at %s", h.CommitsHeld, h.SavedResourceVersion, f.src.ResourceVersion())
+			}
 		})
 	}
 }

@@ -33,6 +33,10 @@ var (
 	// commits nothing more until they are deleted or replaced, so that its
 	// saved resourceVersion never passes an object it did not write.
 	ErrNotPersisted = errors.New("indexer: objects cannot be persisted")
+	// ErrHeld is wrapped by Flush's error while the indexer's commits are
+	// held (Hold): what it applied is in memory only, and the file stays
+	// at its saved state, on purpose.
+	ErrHeld = errors.New("indexer: commits held")
 )
 
 // clientGoError is an error whose text is client-go's indexer's, word for

@@ -207,6 +207,9 @@ type Indexer struct {
 	// While there is any, Pending hands over nothing: the file stays at
 	// the last resourceVersion whose objects it holds.
 	unpersisted map[string]error
+	// held is set by Hold: Pending hands over nothing until Release
+	// (persist.go).
+	held bool
 
 	// types are the record types (store.Record.Type) other than the
 	// example's that the informer's records may carry: the state record's
@@ -342,21 +345,29 @@ func (x *Indexer) Name() string { return x.name }
 
 // Flush commits everything applied so far (with every other source of the
 // same committer) and returns the commit's error, or an error wrapping
-// ErrNotPersisted while the indexer holds objects it cannot write (then it
-// commits nothing).
+// ErrNotPersisted while the indexer holds objects it cannot write, or
+// ErrHeld while its commits are held (Hold); in both cases it commits
+// nothing of this indexer.
 func (x *Indexer) Flush(ctx context.Context) error {
 	err := x.committer.Flush(ctx)
 	x.mu.RLock()
 	nerr := x.unpersistedErrLocked()
+	herr := x.heldErrLocked()
 	x.mu.RUnlock()
 	if nerr != nil {
 		return nerr
+	}
+	if herr != nil {
+		return herr
 	}
 	return err
 }
 
 // Close flushes and stops the indexer's own committer. The indexer must not
-// be used afterwards. It does not close the DB.
+// be used afterwards. It does not close the DB. Closed while its commits
+// are held (Hold), it commits nothing of them and returns nil: the file
+// stays at its saved state, an exact past state the next start resumes
+// from (it logs so).
 func (x *Indexer) Close() error {
 	x.mu.Lock()
 	if x.closed {
@@ -366,12 +377,17 @@ func (x *Indexer) Close() error {
 	x.mu.Unlock()
 	x.stopFill()
 	err := x.Flush(context.Background())
+	held := errors.Is(err, ErrHeld)
+	if held {
+		x.logger.Info("Closed with commits held: the file stays at its saved resourceVersion, which the next start resumes from", "reason", err)
+		err = nil
+	}
 	x.committer.Remove(x)
 	if x.stop != nil {
 		x.stop()
 		<-x.done
 	}
-	if err == nil {
+	if err == nil && !held {
 		// Nothing of ours is left to commit: leave the next start the
 		// envelopes of what the file holds (store.Snapshot). It is only
 		// an optimisation, so a failure is logged, not returned.

@@ -46,10 +46,10 @@ func (x *Indexer) stateLocked() store.State {
 // Encoding happens outside the lock, so readers and writers go on.
 func (x *Indexer) Pending() (*store.Batch, error) {
 	x.mu.Lock()
-	if x.closed || (x.reset && !x.synced) || len(x.unpersisted) > 0 {
+	if x.closed || (x.reset && !x.synced) || len(x.unpersisted) > 0 || x.held {
 		// A cold start keeps the old data until a complete list replaces
-		// it; an object that cannot be written holds the file back at the
-		// last state it holds exactly (persist.go).
+		// it; an object that cannot be written, or Hold, holds the file
+		// back at the last state it holds exactly (persist.go).
 		x.mu.Unlock()
 		return nil, nil
 	}

@@ -84,6 +84,44 @@ func (x *Indexer) checkType(key string, r *store.Record) error {
 	return fmt.Errorf("%w: record %q is of type %q, which this informer's state does not name", store.ErrCorrupt, key, r.Type)
 }
 
+// Hold makes the indexer commit nothing (Pending hands over nothing) until
+// Release: what it applies is kept in memory and queued, one op per key,
+// and the file stays at its saved state. An informer holds a warm start's
+// commits until it is fresh, so that a process killed before then resumes
+// from the same saved resourceVersion and applies the same catch-up again
+// (ReplayDownDeletes). While held, Flush returns an error wrapping ErrHeld
+// and Close commits nothing.
+func (x *Indexer) Hold() {
+	x.mu.Lock()
+	x.held = true
+	x.mu.Unlock()
+}
+
+// Release ends Hold: the next group commit writes everything applied
+// since. It reports whether the commits were held.
+func (x *Indexer) Release() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	was := x.held
+	x.held = false
+	return was
+}
+
+// Held reports whether the commits are held (Hold).
+func (x *Indexer) Held() bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.held
+}
+
+// heldErrLocked is the error Flush returns while the commits are held.
+func (x *Indexer) heldErrLocked() error {
+	if !x.held {
+		return nil
+	}
+	return fmt.Errorf("%w: informer %q: the file stays at resourceVersion %q until Release", ErrHeld, x.name, x.saved.ResourceVersion)
+}
+
 // Unpersisted returns how many objects in memory cannot be written to the
 // file, and why for one of them (nil when none): while there are any, the
 // file stays at the resourceVersion of SavedState.
