@@ -73,7 +73,11 @@
 // NotFound, as after a live delete: finalizer-free cleanup works across
 // restarts. Options.NoReplayDownDeletes turns it off. With
 // SyncAfterDiskLoad the deletes are replayed only when they came before the
-// first watch event; those later reach handlers live.
+// first watch event; those later reach handlers live. A kill -9 before the
+// cache is fresh does not lose them: until fresh a warm start commits
+// nothing (boltinformer.Health.CommitsHeld), so the next start resumes from
+// the same resourceVersion and replays them; once FreshTimeout has passed
+// without fresh, the start commits and a kill then loses their replay.
 //
 // # Lifetime
 //
