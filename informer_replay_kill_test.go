@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -113,5 +114,39 @@ func TestRegressionDownDeletesReplayedAfterKillBeforeFresh(t *testing.T) {
 	}
 	if h := inf2.Health(); h.CommitsHeld || h.SavedResourceVersion != f.src.ResourceVersion() {
 		t.Fatalf("once fresh: held %t, saved resourceVersion %s, server at %s", h.CommitsHeld, h.SavedResourceVersion, f.src.ResourceVersion())
+	}
+}
+
+// TestReplayDownDeletesHoldEndsWhenStale: the hold of a warm start's
+// commits (ReplayDownDeletes) ends when FreshTimeout makes the informer
+// synced without being fresh, so that a server that never answers does
+// not keep the file behind for good.
+func TestReplayDownDeletesHoldEndsWhenStale(t *testing.T) {
+	f := newCacheFile(t, 5)
+	if err := f.src.Delete(sortedKeys(f.src.Objects())[0]); err != nil {
+		t.Fatal(err)
+	}
+	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	blocked := boltinformer.MetadataListerFunc(func(ctx context.Context, _ metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	inf, err := db.NewInformer("pods", f.src, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{
+		SyncPolicy: boltinformer.SyncAfterFresh, Metadata: blocked, ReplayDownDeletes: true, FreshTimeout: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runInformer(t, inf)
+	waitFor(t, "HasSynced (stale)", inf.HasSynced)
+	waitFor(t, "the catch-up", func() bool { return len(inf.GetStore().ListKeys()) == 4 })
+	if err := inf.Flush(context.Background()); err != nil {
+		t.Fatalf("Flush once stale: %v", err)
+	}
+	if h := inf.Health(); h.Fresh || !h.Stale || h.CommitsHeld || h.SavedResourceVersion != f.src.ResourceVersion() {
+		t.Fatalf("once stale: %+v; server at %s", h, f.src.ResourceVersion())
 	}
 }
