@@ -1,15 +1,12 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
-	coordinationv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -45,7 +42,7 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	cluster = c
-	stopHeartbeat, err := heartbeat(c, heartbeatPeriod)
+	stopHeartbeat, err := heartbeatCluster(c, heartbeatPeriod)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: heartbeat: %v\n", err)
 		_ = c.Stop()
@@ -68,56 +65,13 @@ func runTests(m *testing.M) int {
 // kube-controller-manager's and kube-scheduler's leader elections do.
 const heartbeatPeriod = 2 * time.Second
 
-// heartbeat renews a Lease in kube-system every period until stopped, as
-// a live cluster's leader elections and node leases do. The harness runs
-// no controllers, so without it nothing moves etcd's revision between the
-// tests' own writes, and kube-apiserver sends a resumed watch no bookmark
-// (boltinformer.InformerOptions.FreshBookmarkWait: an informer waits for
-// one, then lists metadata). Its requests are leases, never a resource
-// the tests count.
-func heartbeat(c *harness.Cluster, period time.Duration) (stop func(), err error) {
+// heartbeatCluster renews a Lease in kube-system every period
+// (harness.Heartbeat); its requests are leases, never a resource the
+// tests count.
+func heartbeatCluster(c *harness.Cluster, period time.Duration) (stop func(), err error) {
 	cs, err := kubernetes.NewForConfig(c.RESTConfig())
 	if err != nil {
 		return nil, err
 	}
-	leases := cs.CoordinationV1().Leases("kube-system")
-	ctx, cancel := context.WithCancel(context.Background())
-	var l *coordinationv1.Lease
-	for i := 0; ; i++ { // kube-system may not exist for a moment after the start
-		l, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "e2e-heartbeat"}}, metav1.CreateOptions{})
-		if err == nil {
-			break
-		}
-		if i == 50 {
-			cancel()
-			return nil, err
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(period):
-			}
-			now := metav1.NewMicroTime(time.Now())
-			l.Spec.RenewTime = &now
-			next, err := leases.Update(ctx, l, metav1.UpdateOptions{})
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				// The apiserver is down (a test restarts it) or the lease
-				// changed: try again next period, quietly.
-				if next, err = leases.Get(ctx, l.Name, metav1.GetOptions{}); err != nil {
-					continue
-				}
-			}
-			l = next
-		}
-	}()
-	return func() { cancel(); <-done }, nil
+	return harness.Heartbeat(cs, "kube-system", "e2e-heartbeat", period)
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientfeatures "k8s.io/client-go/features"
@@ -404,36 +403,13 @@ func TestFreshBookmarkResume(t *testing.T) {
 	}
 }
 
-// heartbeat renews a Lease in ns every period until the test ends, as a
-// live cluster's leader elections do (kube-controller-manager and
-// kube-scheduler every 2 s): the harness runs no controllers, so nothing
-// else moves etcd's revision.
+// heartbeat renews a Lease in ns every period until the test ends
+// (harness.Heartbeat), as a live cluster's leader elections do.
 func heartbeat(t *testing.T, cs kubernetes.Interface, ns string, period time.Duration) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
-	go func() {
-		defer close(done)
-		leases := cs.CoordinationV1().Leases(ns)
-		l, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "heartbeat"}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Errorf("heartbeat: %v", err)
-			return
-		}
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(period):
-			}
-			now := metav1.NewMicroTime(time.Now())
-			l.Spec.RenewTime = &now
-			if l, err = leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
-				if ctx.Err() == nil {
-					t.Errorf("heartbeat: %v", err)
-				}
-				return
-			}
-		}
-	}()
+	t.Helper()
+	stop, err := harness.Heartbeat(cs, ns, "heartbeat", period)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -353,41 +352,14 @@ func loadAverage() float64 {
 }
 
 // heartbeat renews a Lease in kube-system every period until stop is
-// called, as a live cluster's leader elections do: the harness runs no
-// controllers, so nothing else moves etcd's revision between the
-// benchmark's writes.
+// called (harness.Heartbeat), as a live cluster's leader elections do.
 func heartbeat(tb testing.TB, cs kubernetes.Interface, period time.Duration) (stop func()) {
 	tb.Helper()
-	leases := cs.CoordinationV1().Leases("kube-system")
-	ctx, cancel := context.WithCancel(context.Background())
-	l, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "bench-heartbeat"}}, metav1.CreateOptions{})
+	stop, err := harness.Heartbeat(cs, "kube-system", "bench-heartbeat", period)
 	if err != nil {
-		cancel()
-		tb.Fatalf("heartbeat: %v", err)
+		tb.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(period):
-			}
-			now := metav1.NewMicroTime(time.Now())
-			l.Spec.RenewTime = &now
-			next, err := leases.Update(ctx, l, metav1.UpdateOptions{})
-			if err != nil {
-				// The apiserver restarts in some starts: read the lease
-				// again next period.
-				if next, err = leases.Get(ctx, l.Name, metav1.GetOptions{}); err != nil {
-					continue
-				}
-			}
-			l = next
-		}
-	}()
-	return func() { cancel(); <-done }
+	return stop
 }
 
 // startAgentJSON starts client-go's informer over a REST client that
