@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
-	bolt "go.etcd.io/bbolt"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,36 +21,13 @@ import (
 	"github.com/boltinformer/boltinformer"
 	"github.com/boltinformer/boltinformer/internal/testobj"
 	"github.com/boltinformer/boltinformer/recovery/crashtest"
-	"github.com/boltinformer/boltinformer/store"
 )
 
 // spoilRecord makes the payload of key's record in the file undecodable,
 // its checksum kept valid (the load passes; the decoding finds it).
 func spoilRecord(t *testing.T, path, key string) {
 	t.Helper()
-	b, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = b.Update(func(tx *bolt.Tx) error {
-		objs := tx.Bucket([]byte("informers")).Bucket([]byte("pods")).Bucket([]byte("objects"))
-		r, err := store.DecodeRecord(key, objs.Get([]byte(key)))
-		if err != nil {
-			return err
-		}
-		r.Payload = []byte{0x0a, 0xff, 0xff, 0xff}
-		raw, err := store.EncodeRecord(key, r)
-		if err != nil {
-			return err
-		}
-		return objs.Put([]byte(key), raw)
-	})
-	if cerr := b.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	damageRecord(t, path, key, "payload", true)
 }
 
 // TestRegressionPartialRelistReplacesUndecodable: a record of the file
