@@ -54,60 +54,93 @@ type Result struct {
 // Build returns the path of an up-to-date kas binary, compiling it first if
 // the cache has none for the current sources.
 func Build(ctx context.Context, opts Options) (Result, error) {
-	start := time.Now()
-	logf := opts.Logf
-	if logf == nil {
-		logf = func(string, ...any) {}
+	res, cache, err := buildCached(ctx, opts, target{
+		env: "KAS_BINARY", name: "kas", pkg: "./cmd/kas", cost: "cold: minutes, ~3 GB RAM", hash: SourceHash,
+	})
+	if err != nil || !res.Built {
+		return res, err
 	}
-	if bin := os.Getenv("KAS_BINARY"); bin != "" {
+	dir := filepath.Dir(res.Binary)
+	info := fmt.Sprintf("built %s in %s with %s\n", time.Now().UTC().Format(time.RFC3339), res.Duration.Round(time.Second), runtime.Version())
+	_ = os.WriteFile(filepath.Join(dir, "build-info"), []byte(info), 0o644)
+	prune(cache, filepath.Base(dir), PruneAge, logger(opts))
+	return res, nil
+}
+
+// target is one binary buildCached builds from the kas module.
+type target struct {
+	env  string // a path that replaces the build, e.g. $KAS_BINARY
+	name string // the binary's name, and its cache entry's prefix
+	pkg  string // what go build builds, in the module's directory
+	cost string // what a cold build costs, for the log
+	// hash names the sources' version, given the module's directory.
+	hash func(mod string) (string, error)
+}
+
+// logger is opts.Logf, or a silent one.
+func logger(opts Options) func(string, ...any) {
+	if opts.Logf == nil {
+		return func(string, ...any) {}
+	}
+	return opts.Logf
+}
+
+// buildCached returns the path of t's binary, built into
+// <cache>/<name>-<hash>/<name> unless it is there already or $env names
+// one; other processes building the same entry wait on its lock. It also
+// returns the cache directory ("" when $env was used).
+func buildCached(ctx context.Context, opts Options, t target) (Result, string, error) {
+	start := time.Now()
+	logf := logger(opts)
+	if bin := os.Getenv(t.env); bin != "" {
 		if _, err := os.Stat(bin); err != nil {
-			return Result{}, fmt.Errorf("kasbuild: $KAS_BINARY: %w", err)
+			return Result{}, "", fmt.Errorf("kasbuild: $%s: %w", t.env, err)
 		}
-		return Result{Binary: bin, Duration: time.Since(start)}, nil
+		return Result{Binary: bin, Duration: time.Since(start)}, "", nil
 	}
 	mod := opts.ModuleDir
 	if mod == "" {
 		var err error
 		if mod, err = findModuleDir(); err != nil {
-			return Result{}, err
+			return Result{}, "", err
 		}
 	}
 	cache := opts.CacheDir
 	if cache == "" {
 		var err error
 		if cache, err = DefaultCacheDir(); err != nil {
-			return Result{}, err
+			return Result{}, "", err
 		}
 	}
-	hash, err := SourceHash(mod)
+	hash, err := t.hash(mod)
 	if err != nil {
-		return Result{}, err
+		return Result{}, "", err
 	}
-	dir := filepath.Join(cache, "kas-"+hash)
-	bin := filepath.Join(dir, "kas")
+	dir := filepath.Join(cache, t.name+"-"+hash)
+	bin := filepath.Join(dir, t.name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return Result{}, fmt.Errorf("kasbuild: %w", err)
+		return Result{}, "", fmt.Errorf("kasbuild: %w", err)
 	}
 	if fileExists(bin) {
 		touch(dir)
-		return Result{Binary: bin, Duration: time.Since(start)}, nil
+		return Result{Binary: bin, Duration: time.Since(start)}, cache, nil
 	}
 
 	unlock, err := lock(ctx, dir+".lock", logf)
 	if err != nil {
-		return Result{}, err
+		return Result{}, "", err
 	}
 	defer unlock()
 	if fileExists(bin) { // built by another process while we waited
-		return Result{Binary: bin, Duration: time.Since(start)}, nil
+		return Result{Binary: bin, Duration: time.Since(start)}, cache, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil { // in case prune took it meanwhile
-		return Result{}, fmt.Errorf("kasbuild: %w", err)
+		return Result{}, "", fmt.Errorf("kasbuild: %w", err)
 	}
-	logf("kasbuild: building kas (cold: minutes, ~3 GB RAM) into %s", dir)
-	tmp := filepath.Join(dir, fmt.Sprintf(".kas.tmp%d", os.Getpid()))
+	logf("kasbuild: building %s (%s) into %s", t.name, t.cost, dir)
+	tmp := filepath.Join(dir, fmt.Sprintf(".%s.tmp%d", t.name, os.Getpid()))
 	defer os.Remove(tmp)
-	args := []string{"-n", "10", "go", "build", "-buildvcs=false", "-o", tmp, "-ldflags", LDFlags, "./cmd/kas"}
+	args := []string{"-n", "10", "go", "build", "-buildvcs=false", "-o", tmp, "-ldflags", LDFlags, t.pkg}
 	cmd := exec.CommandContext(ctx, "nice", args...)
 	if _, err := exec.LookPath("nice"); err != nil {
 		cmd = exec.CommandContext(ctx, "go", args[2:]...)
@@ -118,17 +151,14 @@ func Build(ctx context.Context, opts Options) (Result, error) {
 	cmd.Stdout = &out
 	cmd.Stderr = &out
 	if err := cmd.Run(); err != nil {
-		return Result{}, fmt.Errorf("kasbuild: go build ./cmd/kas in %s: %w\n%s", mod, err, out.String())
+		return Result{}, "", fmt.Errorf("kasbuild: go build %s in %s: %w\n%s", t.pkg, mod, err, out.String())
 	}
 	if err := os.Rename(tmp, bin); err != nil {
-		return Result{}, fmt.Errorf("kasbuild: %w", err)
+		return Result{}, "", fmt.Errorf("kasbuild: %w", err)
 	}
 	d := time.Since(start)
-	info := fmt.Sprintf("built %s in %s with %s\n", time.Now().UTC().Format(time.RFC3339), d.Round(time.Second), runtime.Version())
-	_ = os.WriteFile(filepath.Join(dir, "build-info"), []byte(info), 0o644)
 	logf("kasbuild: built %s in %s", bin, d.Round(time.Second))
-	prune(cache, filepath.Base(dir), PruneAge, logf)
-	return Result{Binary: bin, Built: true, Duration: d}, nil
+	return Result{Binary: bin, Built: true, Duration: d}, cache, nil
 }
 
 // PruneAge is how long an unused cache entry (~170 MB) is kept: each build

@@ -97,3 +97,29 @@ func TestPrune(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildCached builds a tiny module's binary into its cache entry once;
+// the next call finds it there.
+func TestBuildCached(t *testing.T) {
+	mod, cache := t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(mod, "go.mod"), "module example.com/tiny\n\ngo 1.21\n")
+	writeFile(t, filepath.Join(mod, "cmd", "tiny", "main.go"), "package main\n\nfunc main() {}\n")
+	tg := target{env: "KASBUILD_TEST_BINARY", name: "tiny", pkg: "./cmd/tiny", cost: "seconds",
+		hash: func(string) (string, error) { return "h1", nil }}
+	opts := Options{ModuleDir: mod, CacheDir: cache}
+	first, gotCache, err := buildCached(t.Context(), opts, tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(cache, "tiny-h1", "tiny")
+	if first.Binary != want || !first.Built || gotCache != cache {
+		t.Fatalf("first build = %+v, cache %q; want %s built in %s", first, gotCache, want, cache)
+	}
+	second, _, err := buildCached(t.Context(), opts, tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Binary != want || second.Built {
+		t.Fatalf("second call = %+v, want the cached %s", second, want)
+	}
+}
