@@ -3,11 +3,6 @@ package boltinformer_test
 import (
 	"context"
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
-	"os"
-	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/boltinformer/boltinformer"
+	"github.com/boltinformer/boltinformer/internal/readmecheck"
 )
 
 // runNodeAgent is README.md's example ("Use"), word for word: compiled
@@ -75,41 +71,13 @@ func runNodeAgent(ctx context.Context, restConfig *rest.Config, node string, han
 // fragment with "if err != nil { ... }" and unchecked errors.
 func TestRegressionReadmeGoExample(t *testing.T) {
 	_ = runNodeAgent
-	src, err := os.ReadFile("readme_test.go")
+	body, err := readmecheck.FuncBody("readme_test.go", "runNodeAgent")
 	if err != nil {
 		t.Fatal(err)
 	}
-	fset := token.NewFileSet()
-	file, err := parser.ParseFile(fset, "readme_test.go", src, 0)
+	block, err := readmecheck.GoBlock("README.md", "Use")
 	if err != nil {
 		t.Fatal(err)
-	}
-	var body string
-	for _, d := range file.Decls {
-		if fn, ok := d.(*ast.FuncDecl); ok && fn.Name.Name == "runNodeAgent" {
-			start, end := fset.Position(fn.Body.Lbrace).Offset+2, fset.Position(fn.Body.Rbrace).Offset
-			var lines []string
-			for _, l := range strings.SplitAfter(string(src[start:end]), "\n") {
-				lines = append(lines, strings.TrimPrefix(l, "\t"))
-			}
-			body = strings.Join(lines, "")
-		}
-	}
-	if body == "" {
-		t.Fatal("runNodeAgent not found")
-	}
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(readme), "\n## Use\n")
-	if !ok {
-		t.Fatal(`README.md has no "## Use" section`)
-	}
-	_, rest, ok = strings.Cut(rest, "```go\n")
-	block, _, ok2 := strings.Cut(rest, "```\n")
-	if !ok || !ok2 {
-		t.Fatal(`README.md's "Use" section has no go block`)
 	}
 	if block != body {
 		t.Errorf("README.md's Go example is not runNodeAgent's body (readme_test.go); make them equal.\nREADME:\n%s\nrunNodeAgent:\n%s", block, body)

@@ -2,11 +2,6 @@ package boltcr_test
 
 import (
 	"context"
-	"go/ast"
-	"go/parser"
-	"go/token"
-	"os"
-	"strings"
 	"testing"
 
 	"k8s.io/client-go/rest"
@@ -15,6 +10,7 @@ import (
 
 	"github.com/boltinformer/boltinformer"
 	boltcr "github.com/boltinformer/boltinformer/controllerruntime"
+	"github.com/boltinformer/boltinformer/internal/readmecheck"
 )
 
 // runOperator is the README's controller-runtime example, word for word:
@@ -42,40 +38,15 @@ func runOperator(ctx context.Context, cfg *rest.Config) error {
 // runOperator's body, which compiles.
 func TestReadmeGoExample(t *testing.T) {
 	_ = runOperator
-	src, err := os.ReadFile("readme_test.go")
+	body, err := readmecheck.FuncBody("readme_test.go", "runOperator")
 	if err != nil {
 		t.Fatal(err)
 	}
-	fset := token.NewFileSet()
-	file, err := parser.ParseFile(fset, "readme_test.go", src, 0)
+	block, err := readmecheck.GoBlock("../README.md", "controller-runtime")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var body string
-	for _, d := range file.Decls {
-		if fn, ok := d.(*ast.FuncDecl); ok && fn.Name.Name == "runOperator" {
-			start, end := fset.Position(fn.Body.Lbrace).Offset+2, fset.Position(fn.Body.Rbrace).Offset
-			var lines []string
-			for _, l := range strings.SplitAfter(string(src[start:end]), "\n") {
-				lines = append(lines, strings.TrimPrefix(l, "\t"))
-			}
-			body = strings.Join(lines, "")
-		}
-	}
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(readme), "\n## controller-runtime\n")
-	if !ok {
-		t.Fatal(`README.md has no "## controller-runtime" section`)
-	}
-	_, rest, ok = strings.Cut(rest, "```go\n")
-	block, _, ok2 := strings.Cut(rest, "```\n")
-	if !ok || !ok2 {
-		t.Fatal(`README.md's "controller-runtime" section has no go block`)
-	}
-	if body == "" || block != body {
+	if block != body {
 		t.Errorf("README.md's controller-runtime example is not runOperator's body (readme_test.go); make them equal.\nREADME:\n%s\nrunOperator:\n%s", block, body)
 	}
 }
