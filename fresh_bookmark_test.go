@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/boltinformer/boltinformer"
 	"github.com/boltinformer/boltinformer/internal/testobj"
@@ -107,18 +108,10 @@ func TestFreshBookmark(t *testing.T) {
 	if _, err := f.src.Create(out); err != nil {
 		t.Fatal(err)
 	}
-	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
 	lw := &scoped{Source: f.src}
 	f.src.ResetCalls()
-	inf, err := db.NewInformer("pods", lw, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{
+	inf := f.openPods(lw, &boltinformer.InformerOptions{
 		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, Metadata: lw, ReplayDownDeletes: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if !inf.Decision().Warm {
 		t.Fatalf("not warm: %+v", inf.Decision())
 	}
@@ -169,18 +162,10 @@ func TestFreshBookmarkAtAnEvent(t *testing.T) {
 	if _, err := f.src.Create(out); err != nil {
 		t.Fatal(err)
 	}
-	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
 	lw := &scoped{Source: f.src}
 	f.src.ResetCalls()
-	inf, err := db.NewInformer("pods", lw, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{
+	inf := f.openPods(lw, &boltinformer.InformerOptions{
 		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, Metadata: lw})
-	if err != nil {
-		t.Fatal(err)
-	}
 	runInformer(t, inf)
 	waitFor(t, "the read of the server's resourceVersion", func() bool { return f.src.Calls().MetadataLists == 1 })
 	if inf.Health().Fresh {
@@ -199,16 +184,8 @@ func TestFreshBookmarkAtAnEvent(t *testing.T) {
 // FreshBookmarkWait: the metadata list's diff makes the warm start fresh.
 func TestFreshBookmarkFallsBackToMetadata(t *testing.T) {
 	f := newCacheFile(t, 10)
-	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	inf, err := db.NewInformer("pods", f.src, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{
+	inf := f.openPods(f.src, &boltinformer.InformerOptions{
 		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Millisecond, Metadata: f.src})
-	if err != nil {
-		t.Fatal(err)
-	}
 	runInformer(t, inf)
 	waitFor(t, "HasSynced from the metadata list", inf.HasSynced)
 	if h := inf.Health(); !h.Fresh || h.FreshResourceVersion == "" {
@@ -255,16 +232,8 @@ func TestRegressionFreshBookmarkServerBehindCache(t *testing.T) {
 		objs = append(objs, p)
 	}
 	restored := crashtest.NewSourceAt(func() runtime.Object { return &corev1.PodList{} }, 5, objs)
-	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	inf, err := db.NewInformer("pods", futureWatches{restored}, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{
+	inf := f.openPods(futureWatches{restored}, &boltinformer.InformerOptions{
 		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, Metadata: restored, Getter: restored})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if !inf.Decision().Warm {
 		t.Fatalf("not warm: %+v", inf.Decision())
 	}
@@ -283,17 +252,9 @@ func TestRegressionFreshBookmarkServerBehindCache(t *testing.T) {
 // object's metadata and no bookmark.
 func TestFreshBookmarkNothingChanged(t *testing.T) {
 	f := newCacheFile(t, 10)
-	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
 	f.src.ResetCalls()
-	inf, err := db.NewInformer("pods", f.src, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{
+	inf := f.openPods(f.src, &boltinformer.InformerOptions{
 		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, Metadata: f.src})
-	if err != nil {
-		t.Fatal(err)
-	}
 	runInformer(t, inf)
 	waitFor(t, "HasSynced", inf.HasSynced)
 	if h := inf.Health(); !h.Fresh || h.FreshResourceVersion != f.src.ResourceVersion() {
@@ -311,16 +272,8 @@ func TestFreshBookmarkNothingChanged(t *testing.T) {
 func TestRegressionFreshBookmarkBehindResumePoint(t *testing.T) {
 	f := newCacheFile(t, 10)
 	restored := crashtest.NewSourceAt(func() runtime.Object { return &corev1.PodList{} }, 5, []runtime.Object{testobj.Pod(0, 3, 2, "3")})
-	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	inf, err := db.NewInformer("pods", futureWatches{restored}, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{
+	inf := f.openPods(futureWatches{restored}, &boltinformer.InformerOptions{
 		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
 	runInformer(t, inf)
 	waitFor(t, "the watch", func() bool { return restored.Calls().Watches > 0 })
 	restored.Bookmark()
@@ -357,16 +310,8 @@ func TestRegressionFreshBookmarkRestoredPastTheFile(t *testing.T) {
 		}
 	}
 	lw := &scoped{Source: restored}
-	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	inf, err := db.NewInformer("pods", lw, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{
+	inf := f.openPods(lw, &boltinformer.InformerOptions{
 		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, Metadata: lw})
-	if err != nil {
-		t.Fatal(err)
-	}
 	runInformer(t, inf)
 	waitFor(t, "the read of the server's resourceVersion", func() bool { return restored.Calls().MetadataLists == 1 })
 	restored.Bookmark()
@@ -389,17 +334,9 @@ func TestFreshBookmarkCountsAtR(t *testing.T) {
 	if _, err := f.src.Create(out); err != nil {
 		t.Fatal(err)
 	}
-	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
 	lw := &scoped{Source: f.src}
-	inf, err := db.NewInformer("pods", lw, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{
+	inf := f.openPods(lw, &boltinformer.InformerOptions{
 		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, Metadata: lw})
-	if err != nil {
-		t.Fatal(err)
-	}
 	runInformer(t, inf)
 	waitFor(t, "the read of the server's resourceVersion", func() bool { return f.src.Calls().MetadataLists >= 1 })
 	for i := range 3 {
@@ -413,4 +350,20 @@ func TestFreshBookmarkCountsAtR(t *testing.T) {
 	if st := inf.WatchStats(); st.RelistsRequested != 0 || st.Lists != 0 {
 		t.Fatalf("watch stats %+v, want no relist", st)
 	}
+}
+
+// openPods opens f's file and builds its informer "pods" over lw with
+// opts; the DB is closed when the test ends.
+func (f *cacheFile) openPods(lw cache.ListerWatcher, opts *boltinformer.InformerOptions) *boltinformer.Informer {
+	f.t.Helper()
+	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = db.Close() })
+	inf, err := db.NewInformer("pods", lw, &corev1.Pod{}, 0, podIndexers(), opts)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return inf
 }
