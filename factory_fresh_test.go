@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -45,8 +46,10 @@ func (m *metadataRequests) take() []string {
 
 // TestFactoryFreshByBookmarkByDefault: a Factory's informers with
 // SyncAfterFresh are fresh by a bookmark (DefaultFactoryFreshBookmarkWait):
-// a warm start reads one object's metadata (limit=1), not the metadata of
-// every object; FreshBookmarkWait < 0 lists every object's metadata.
+// a warm start reads one object's metadata (limit=1), and lists the
+// metadata of every object beside it only when the cache is small
+// (DefaultFreshListMax; FreshListMax < 0: never); FreshBookmarkWait < 0
+// lists every object's metadata only.
 func TestFactoryFreshByBookmarkByDefault(t *testing.T) {
 	src := podSource(t, 20)
 	handler := crashtest.NewHandler()
@@ -55,7 +58,7 @@ func TestFactoryFreshByBookmarkByDefault(t *testing.T) {
 	srv := httptest.NewServer(rec)
 	defer srv.Close()
 	path := filepath.Join(t.TempDir(), "cache.db")
-	start := func(wait time.Duration) []string {
+	start := func(wait time.Duration, listMax int) []string {
 		t.Helper()
 		db, err := boltinformer.Open(path, &boltinformer.Options{Logger: &quietLogger, NoSync: true})
 		if err != nil {
@@ -63,7 +66,7 @@ func TestFactoryFreshByBookmarkByDefault(t *testing.T) {
 		}
 		defer func() { _ = db.Close() }()
 		f, err := boltinformer.NewFactory(db, &rest.Config{Host: srv.URL}, &boltinformer.FactoryOptions{
-			Informer: boltinformer.InformerOptions{SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: wait},
+			Informer: boltinformer.InformerOptions{SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: wait, FreshListMax: listMax},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -88,11 +91,14 @@ func TestFactoryFreshByBookmarkByDefault(t *testing.T) {
 		}
 		return rec.take()
 	}
-	start(0) // cold: fills the file
-	if got := start(0); len(got) == 0 || strings.Join(got, ",") != strings.Repeat("1,", len(got)-1)+"1" {
-		t.Fatalf("warm start by default: metadata lists with limits %q, want one-object reads only", got)
+	start(0, 0) // cold: fills the file
+	if got := start(0, -1); len(got) == 0 || strings.Join(got, ",") != strings.Repeat("1,", len(got)-1)+"1" {
+		t.Fatalf("warm start by a bookmark only: metadata lists with limits %q, want one-object reads only", got)
 	}
-	if got := start(-1); len(got) != 1 || got[0] != "" {
+	if got := start(0, 0); !slices.Contains(got, "") {
+		t.Fatalf("warm start by default, 20 objects: metadata lists with limits %q, want a list of every object (beside one-object reads until it tells)", got)
+	}
+	if got := start(-1, 0); len(got) != 1 || got[0] != "" {
 		t.Fatalf("warm start with FreshBookmarkWait < 0: metadata lists with limits %q, want one list of every object", got)
 	}
 }

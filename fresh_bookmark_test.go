@@ -111,7 +111,7 @@ func TestFreshBookmark(t *testing.T) {
 	lw := &scoped{Source: f.src}
 	f.src.ResetCalls()
 	inf := f.openPods(lw, &boltinformer.InformerOptions{
-		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, Metadata: lw, ReplayDownDeletes: true})
+		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, FreshListMax: -1, Metadata: lw, ReplayDownDeletes: true})
 	if !inf.Decision().Warm {
 		t.Fatalf("not warm: %+v", inf.Decision())
 	}
@@ -165,7 +165,7 @@ func TestFreshBookmarkAtAnEvent(t *testing.T) {
 	lw := &scoped{Source: f.src}
 	f.src.ResetCalls()
 	inf := f.openPods(lw, &boltinformer.InformerOptions{
-		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, Metadata: lw})
+		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, FreshListMax: -1, Metadata: lw})
 	runInformer(t, inf)
 	waitFor(t, "the read of the server's resourceVersion", func() bool { return f.src.Calls().MetadataLists == 1 })
 	if inf.Health().Fresh {
@@ -185,7 +185,7 @@ func TestFreshBookmarkAtAnEvent(t *testing.T) {
 func TestFreshBookmarkFallsBackToMetadata(t *testing.T) {
 	f := newCacheFile(t, 10)
 	inf := f.openPods(f.src, &boltinformer.InformerOptions{
-		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Millisecond, Metadata: f.src})
+		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Millisecond, FreshListMax: -1, Metadata: f.src})
 	runInformer(t, inf)
 	waitFor(t, "HasSynced from the metadata list", inf.HasSynced)
 	if h := inf.Health(); !h.Fresh || h.FreshResourceVersion == "" {
@@ -233,7 +233,7 @@ func TestRegressionFreshBookmarkServerBehindCache(t *testing.T) {
 	}
 	restored := crashtest.NewSourceAt(func() runtime.Object { return &corev1.PodList{} }, 5, objs)
 	inf := f.openPods(futureWatches{restored}, &boltinformer.InformerOptions{
-		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, Metadata: restored, Getter: restored})
+		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, FreshListMax: -1, Metadata: restored, Getter: restored})
 	if !inf.Decision().Warm {
 		t.Fatalf("not warm: %+v", inf.Decision())
 	}
@@ -254,7 +254,7 @@ func TestFreshBookmarkNothingChanged(t *testing.T) {
 	f := newCacheFile(t, 10)
 	f.src.ResetCalls()
 	inf := f.openPods(f.src, &boltinformer.InformerOptions{
-		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, Metadata: f.src})
+		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, FreshListMax: -1, Metadata: f.src})
 	runInformer(t, inf)
 	waitFor(t, "HasSynced", inf.HasSynced)
 	if h := inf.Health(); !h.Fresh || h.FreshResourceVersion != f.src.ResourceVersion() {
@@ -273,7 +273,7 @@ func TestRegressionFreshBookmarkBehindResumePoint(t *testing.T) {
 	f := newCacheFile(t, 10)
 	restored := crashtest.NewSourceAt(func() runtime.Object { return &corev1.PodList{} }, 5, []runtime.Object{testobj.Pod(0, 3, 2, "3")})
 	inf := f.openPods(futureWatches{restored}, &boltinformer.InformerOptions{
-		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour})
+		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, FreshListMax: -1})
 	runInformer(t, inf)
 	waitFor(t, "the watch", func() bool { return restored.Calls().Watches > 0 })
 	restored.Bookmark()
@@ -311,7 +311,7 @@ func TestRegressionFreshBookmarkRestoredPastTheFile(t *testing.T) {
 	}
 	lw := &scoped{Source: restored}
 	inf := f.openPods(lw, &boltinformer.InformerOptions{
-		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, Metadata: lw})
+		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, FreshListMax: -1, Metadata: lw})
 	runInformer(t, inf)
 	waitFor(t, "the read of the server's resourceVersion", func() bool { return restored.Calls().MetadataLists == 1 })
 	restored.Bookmark()
@@ -336,7 +336,7 @@ func TestFreshBookmarkCountsAtR(t *testing.T) {
 	}
 	lw := &scoped{Source: f.src}
 	inf := f.openPods(lw, &boltinformer.InformerOptions{
-		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, Metadata: lw})
+		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, FreshListMax: -1, Metadata: lw})
 	runInformer(t, inf)
 	waitFor(t, "the read of the server's resourceVersion", func() bool { return f.src.Calls().MetadataLists >= 1 })
 	for i := range 3 {

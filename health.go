@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/boltinformer/boltinformer/fresh"
 )
 
 // Health is one informer's health, for a /healthz handler.
@@ -64,6 +66,10 @@ type Health struct {
 	// still bring (changed, created or deleted while the informer was
 	// down) before the cache is fresh.
 	CatchupPending int `json:"catchupPending,omitempty"`
+	// FreshTarget is the server's resourceVersion R that a warm start not
+	// yet fresh waits for its resumed watch to reach (read with one
+	// object's metadata; "" when not known or fresh).
+	FreshTarget string `json:"freshTarget,omitempty"`
 	// CommitsHeld is true while a warm start with ReplayDownDeletes holds
 	// its commits until it is fresh: the file stays at
 	// SavedResourceVersion, so that a process killed before fresh replays
@@ -117,29 +123,36 @@ func (s *Informer) Health() Health {
 	if err := s.lastApplyError(); err != nil {
 		h.ApplyError = err.Error()
 	}
-	h.Loaded, h.Fresh, h.Live = s.loaded.reached(), s.fresh.reached(), s.live.reached()
+	fst := s.fr.Status()
+	h.Loaded, h.Fresh, h.Live = s.loaded.reached(), fst.Fresh, s.live.reached()
 	if run := s.runStarted.Load(); run != 0 {
 		for _, m := range []struct {
-			mo *moment
-			at *time.Duration
-		}{{s.loaded, &h.LoadedAfter}, {s.fresh, &h.FreshAfter}, {s.live, &h.LiveAfter}} {
-			if at := m.mo.at.Load(); at != 0 {
-				*m.at = time.Duration(at - run)
+			at    int64
+			after *time.Duration
+		}{{s.loaded.at.Load(), &h.LoadedAfter}, {atNano(fst), &h.FreshAfter}, {s.live.at.Load(), &h.LiveAfter}} {
+			if m.at != 0 {
+				*m.after = time.Duration(m.at - run)
 			}
 		}
 	}
-	if rv := s.freshSt.rv.Load(); rv != nil && h.Fresh {
-		h.FreshResourceVersion = *rv
+	if h.Fresh {
+		h.FreshResourceVersion = fst.ResourceVersion
+	} else {
+		h.CatchupPending = fst.Pending
+		h.FreshTarget = fst.Target
 	}
-	if !h.Fresh {
-		h.CatchupPending = int(s.freshSt.pending.Load())
-	}
-	h.Stale = s.freshSt.stale.Load() && !h.Fresh
+	h.Stale = s.stale.Load() && !h.Fresh
 	h.CommitsHeld = s.indexer.Held()
-	if why := s.freshSt.fallback.Load(); why != nil {
-		h.FreshFallback = *why
-	}
+	h.FreshFallback = fst.Fallback
 	return h
+}
+
+// atNano is when the informer was fresh, in UnixNano (0: not yet).
+func atNano(st fresh.Status) int64 {
+	if !st.Fresh {
+		return 0
+	}
+	return st.At.UnixNano()
 }
 
 // ErrUnhealthy is wrapped by DB.Healthy's errors.

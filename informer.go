@@ -5,20 +5,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/boltinformer/boltinformer/fresh"
 	"github.com/boltinformer/boltinformer/indexer"
 	"github.com/boltinformer/boltinformer/processor"
 	"github.com/boltinformer/boltinformer/recovery"
@@ -160,8 +158,9 @@ type InformerOptions struct {
 	// being fresh (the server unreachable), HasSynced reports true and the
 	// cache serves what it loaded (Health.Stale). 0 waits for Fresh.
 	FreshTimeout time.Duration
-	// FreshBookmarkWait, with SyncAfterFresh, makes a warm start fresh by
-	// a bookmark on the resumed watch, when one comes within this long,
+	// FreshBookmarkWait, with SyncAfterFresh or ReplayDownDeletes, makes a
+	// warm start fresh by a bookmark on the resumed watch, when one comes
+	// within this long,
 	// instead of by a metadata list of every object: a bookmark says that
 	// every event before its resourceVersion has been sent. Once its watch
 	// is accepted, the informer lists one object's metadata (Metadata with
@@ -184,6 +183,13 @@ type InformerOptions struct {
 	// own history (README, "Loaded, Fresh, Live"). 0, the default, lists
 	// metadata at once.
 	FreshBookmarkWait time.Duration
+	// FreshListMax, with SyncAfterFresh and Metadata: a warm start whose
+	// cache holds at most this many objects lists every object's metadata
+	// at once, beside the wait for a bookmark, and is fresh by whichever
+	// tells first: such a list costs the server little, and comes sooner
+	// than kube-apiserver's bookmark, which takes 0 to 2.3 s. 0 means
+	// DefaultFreshListMax; negative never lists at once.
+	FreshListMax int
 	// Memory is FullMemory (default) or BoundedMemory, with CacheSize
 	// decoded objects in the bounded LRU (0: DefaultCacheSize, 1024).
 	Memory    MemoryMode
@@ -225,16 +231,15 @@ type Informer struct {
 	logger     klog.Logger
 	synced     chan struct{}
 	// The moments of a start (fresh.go): the file loaded (or first list),
-	// the cache equal to the server's state, the watch accepted.
-	loaded, fresh, live *moment
-	metadata            MetadataLister
-	getter              ObjectGetter
-	partialRatio        float64
-	partial             atomic.Pointer[partialAnswer] // the next ReplacedAll is a partial relist
-	freshTimeout        time.Duration
-	bookmarkWait        time.Duration // FreshBookmarkWait
-	bookmark            bookmarkState // fresh_bookmark.go
-	freshSt             freshState
+	// the watch accepted; fr decides the third, Fresh (package fresh).
+	loaded, live *moment
+	fr           *fresh.Tracker
+	metadata     MetadataLister
+	getter       ObjectGetter
+	partialRatio float64
+	partial      atomic.Pointer[partialAnswer] // the next ReplacedAll is a partial relist
+	freshTimeout time.Duration
+	stale        atomic.Bool // synced by FreshTimeout, not fresh
 	// downDeletes are the deletes applied before a warm start was fresh,
 	// replayed to late handlers (ReplayDownDeletes); guarded by
 	// blockDeltas.
@@ -433,11 +438,8 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		getter:                          o.Getter,
 		partialRatio:                    cmp.Or(o.PartialRelistRatio, DefaultPartialRelistRatio),
 		freshTimeout:                    o.FreshTimeout,
-		bookmarkWait:                    o.FreshBookmarkWait,
-		bookmark:                        bookmarkState{started: make(chan struct{}, 1)},
 		replayDeletes:                   o.ReplayDownDeletes,
 		loaded:                          newMoment("loaded"),
-		fresh:                           newMoment("fresh"),
 		live:                            newMoment("live"),
 		logger:                          logger,
 		synced:                          make(chan struct{}),
@@ -447,6 +449,7 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		defaultEventHandlerResyncPeriod: resync,
 		listeners:                       map[*processor.Listener]struct{}{},
 	}
+	inf.fr = inf.newTracker(&o)
 	if coldCopy != "" {
 		inf.damageCopy.Store(&coldCopy)
 	}
@@ -572,9 +575,7 @@ func (s *Informer) RunWithContext(ctx context.Context) {
 	wg.Start(func() { s.distributeInitial(initial) })
 	wg.Start(func() { s.watchSynced(ctx) })
 	wg.Start(func() { s.waitLive(ctx) })
-	if s.decision.Warm {
-		wg.Start(func() { s.runFresh(ctx) })
-	}
+	wg.StartWithContext(ctx, func(ctx context.Context) { s.fr.Run(ctx, s.loaded.ch) })
 	s.controller.RunWithContext(ctx)
 }
 
@@ -591,18 +592,13 @@ func (s *Informer) start(ctx context.Context) (bool, error) {
 	ropts := &reflector.Options{Clock: s.db.clock, Relist: s.partialRelist}
 	if s.decision.Warm {
 		ropts.ResourceVersion = s.indexer.ResourceVersion()
-		s.freshSt.resumedFrom = ropts.ResourceVersion
 		// The disk answer carries no objects: the informer intercepts it
 		// (they are in the indexer already), and a transform must never
 		// see, and possibly mutate, objects that listers share.
 		ropts.Snapshot = func() []runtime.Object { return nil }
 		ropts.OnDiskAnswer = func() { s.diskAnswer.Store(true) }
 	}
-	lw := s.lw
-	if s.decision.Warm && s.bookmarkFresh() {
-		lw = &shortWatches{ListerWatcher: s.lw, until: s.fresh.ch, st: &s.bookmark}
-	}
-	s.resume = reflector.New(lw, ropts)
+	s.resume = reflector.New(s.fr.Watches(s.lw), ropts)
 	s.resumePtr.Store(s.resume)
 	if s.relistWanted.Load() {
 		s.resume.RequestRelist()
@@ -706,7 +702,7 @@ func (s *Informer) onUndecodable(n int) {
 			s.damageCopy.Store(&cp.Path)
 		}
 	}
-	s.stopBookmarkFresh()
+	s.fr.RelistRequested()
 	s.relistWanted.Store(true)
 	if r := s.resumePtr.Load(); r != nil {
 		r.RequestRelist()
@@ -746,17 +742,21 @@ func (s *Informer) watchSynced(ctx context.Context) {
 	case <-s.controller.HasSyncedChecker().Done():
 	}
 	s.loaded.reach(s.db.clock.Now())
+	// FreshTimeout counts from Loaded, in every policy: it bounds how long
+	// the cache serves what it loaded before it syncs (SyncAfterFresh) and
+	// how long a warm start holds its commits (ReplayDownDeletes).
+	var timeout <-chan time.Time
+	if s.freshTimeout > 0 {
+		timeout = s.db.clock.After(s.freshTimeout)
+	}
 	if s.policy == SyncAfterFresh {
-		var timeout <-chan time.Time
-		if s.freshTimeout > 0 {
-			timeout = s.db.clock.After(s.freshTimeout)
-		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.fresh.ch:
+		case <-s.fr.Done():
 		case <-timeout:
-			s.freshSt.stale.Store(true)
+			timeout = nil
+			s.stale.Store(true)
 			s.logger.Info("Warning: not fresh within FreshTimeout (server unreachable?): synced, serving the cache as loaded", "freshTimeout", s.freshTimeout)
 			s.releaseHold("not fresh within FreshTimeout")
 		}
@@ -768,12 +768,12 @@ func (s *Informer) watchSynced(ctx context.Context) {
 	case <-s.initialDone:
 	}
 	close(s.handlersSynced)
-	if s.policy != SyncAfterFresh && s.freshTimeout > 0 && s.indexer.Held() {
+	if s.policy != SyncAfterFresh && timeout != nil && s.indexer.Held() {
 		// SyncAfterDiskLoad: FreshTimeout bounds the hold only.
 		select {
 		case <-ctx.Done():
-		case <-s.fresh.ch:
-		case <-s.db.clock.After(s.freshTimeout):
+		case <-s.fr.Done():
+		case <-timeout:
 			s.releaseHold("not fresh within FreshTimeout")
 		}
 	}
@@ -783,7 +783,7 @@ func (s *Informer) watchSynced(ctx context.Context) {
 // at Fresh, or after FreshTimeout without it (why), when a kill before
 // fresh can no longer replay the deletes applied so far at the next start.
 func (s *Informer) releaseHold(why string) {
-	if s.indexer.Release() && !s.fresh.reached() {
+	if s.indexer.Release() && !s.fr.Fresh() {
 		s.logger.Info("Warning: committing before fresh; the deletes applied so far are replayed to late handlers in this process only", "reason", why)
 	}
 }
@@ -984,420 +984,4 @@ func (s *Informer) RemoveEventHandler(handle cache.ResourceEventHandlerRegistrat
 		delete(s.listeners, l)
 	}
 	return s.processor.RemoveListener(handle)
-}
-
-// The informer loop: each popped batch is applied to the indexer (memory
-// at once, disk in the next group commit) and dispatched to the handlers.
-
-func (s *Informer) handleDeltas(obj any, isInInitialList bool) error {
-	deltas, ok := obj.(cache.Deltas)
-	if !ok {
-		return errors.New("boltinformer: object given as Process argument is not Deltas")
-	}
-	s.awaitInitial(deltas)
-	var a applyErrors
-	err := func() error {
-		s.blockDeltas.Lock()
-		defer s.blockDeltas.Unlock()
-		return s.processDeltasLocked(deltas, isInInitialList, &a)
-	}()
-	s.reportApply(&a)
-	return err
-}
-
-// lockAfterInitial takes blockDeltas once the initial adds of a warm start
-// are queued (distributeInitial closes initialDone holding it), so that a
-// late handler gets the current state exactly once.
-func (s *Informer) lockAfterInitial() {
-	for {
-		s.blockDeltas.Lock()
-		select {
-		case <-s.initialDone:
-			return
-		default:
-		}
-		s.blockDeltas.Unlock()
-		<-s.initialDone
-	}
-}
-
-// processDeltasLocked mirrors client-go's processDeltas, except that an
-// object the cache cannot apply as received is collected in a (apply.go)
-// instead of ending the batch: stored without some index values, it is
-// delivered; refused, it is not. Caller holds blockDeltas.
-func (s *Informer) processDeltasLocked(deltas cache.Deltas, isInInitialList bool, a *applyErrors) error {
-	for _, d := range deltas {
-		obj := d.Object
-		if d.Type != cache.Bookmark && d.Type != cache.SyncAll && d.Type != cache.ReplacedAll {
-			s.counters.events.Add(1)
-		}
-		switch d.Type {
-		case cache.ReplacedAll:
-			info, ok := obj.(cache.ReplacedAllInfo)
-			if !ok {
-				return fmt.Errorf("boltinformer: ReplacedAll did not contain ReplacedAllInfo: %T", obj)
-			}
-			if err := s.replaceAllLocked(info, isInInitialList, a); err != nil {
-				return err
-			}
-		case cache.SyncAll:
-			for _, o := range s.indexer.List() {
-				s.onUpdate(o, o)
-			}
-			return nil
-		case cache.Sync, cache.Replaced, cache.Added, cache.Updated:
-			if d.Type != cache.Sync {
-				s.crossLocked(obj)
-			}
-			if old, exists, err := s.indexer.Get(obj); err == nil && exists {
-				if !s.noteWriteLocked(a, s.indexer.Update(obj)) {
-					continue
-				}
-				s.onUpdate(old, obj)
-			} else {
-				if !s.noteWriteLocked(a, s.indexer.Add(obj)) {
-					continue
-				}
-				s.processor.Distribute(processor.AddNotification{Obj: obj, InInitialList: isInInitialList}, false)
-			}
-			if d.Type != cache.Sync {
-				s.notifyObjectLocked(ChangeUpsert, obj)
-			}
-			s.observeDeltaLocked(d)
-			s.eventFreshLocked(obj)
-		case cache.Deleted:
-			if _, tomb := obj.(cache.DeletedFinalStateUnknown); !tomb {
-				s.crossLocked(obj)
-			}
-			if err := s.indexer.Delete(obj); err != nil {
-				return err
-			}
-			s.notifyObjectLocked(ChangeDelete, obj)
-			s.distributeDeleteLocked(processor.DeleteNotification{Old: obj})
-			s.observeDeltaLocked(d)
-			if _, tomb := obj.(cache.DeletedFinalStateUnknown); !tomb {
-				s.eventFreshLocked(obj)
-			}
-		case cache.Bookmark:
-			info, ok := obj.(cache.BookmarkInfo)
-			if !ok {
-				return fmt.Errorf("boltinformer: bookmark delta did not contain BookmarkInfo: %T", obj)
-			}
-			s.indexer.Bookmark(info.ResourceVersion)
-			s.notifyLocked(Change{Type: ChangeBookmark, ResourceVersion: info.ResourceVersion})
-			s.observeProgressLocked(info.ResourceVersion)
-			s.bookmarkFreshLocked(info.ResourceVersion)
-		}
-	}
-	return nil
-}
-
-// replaceAllLocked applies a relist: deletions of what is gone (as
-// DeletedFinalStateUnknown), then updates and adds in list order, as
-// client-go does. The disk answer of a warm start is not a change.
-func (s *Informer) replaceAllLocked(info cache.ReplacedAllInfo, isInInitialList bool, a *applyErrors) error {
-	if s.diskAnswer.CompareAndSwap(true, false) {
-		s.indexer.Bookmark(info.ResourceVersion)
-		s.notifyLocked(Change{Type: ChangeBookmark, ResourceVersion: info.ResourceVersion})
-		s.listed.Store(true)
-		return nil
-	}
-	// A list from the server: the cache is its state, whatever happens
-	// to the notifications below.
-	defer s.markFreshLocked(info.ResourceVersion)
-	if p := s.partial.Load(); p != nil && p.rv == info.ResourceVersion && s.partial.CompareAndSwap(p, nil) {
-		return s.patchLocked(info, p, isInInitialList, a)
-	}
-	s.counters.events.Add(int64(len(info.Objects)))
-	if s.listed.Swap(true) {
-		s.countRelist()
-	}
-	keyFunc := cache.DeletionHandlingMetaNamespaceKeyFunc
-	newKeys := sets.New[string]()
-	for _, obj := range info.Objects {
-		key, err := keyFunc(obj)
-		if err != nil {
-			return cache.KeyError{Obj: obj, Err: err}
-		}
-		newKeys.Insert(key)
-	}
-	var deletions []cache.DeletedFinalStateUnknown
-	for _, key := range s.indexer.ListKeys() {
-		if newKeys.Has(key) {
-			continue
-		}
-		old, exists, err := s.indexer.GetByKey(key)
-		if err != nil || !exists {
-			old = nil
-		}
-		deletions = append(deletions, cache.DeletedFinalStateUnknown{Key: key, Obj: old})
-	}
-	type replacement struct{ old, new any }
-	replacements := make([]replacement, 0, len(info.Objects))
-	for _, obj := range info.Objects {
-		if old, exists, err := s.indexer.Get(obj); err == nil && exists {
-			replacements = append(replacements, replacement{old, obj})
-		} else {
-			replacements = append(replacements, replacement{nil, obj})
-		}
-	}
-	// An index function's error stores the object nonetheless: every
-	// notification is delivered. A refusal leaves the object out of the
-	// cache: only its notification is held back.
-	held, err := s.noteListLocked(a, info.Objects, s.indexer.Replace(info.Objects, info.ResourceVersion))
-	if err != nil {
-		return err
-	}
-	s.notifyLocked(Change{Type: ChangeReplace, Objects: info.Objects, ResourceVersion: info.ResourceVersion})
-	for _, d := range deletions {
-		s.distributeDeleteLocked(processor.DeleteNotification{Old: d})
-	}
-	for i, r := range replacements {
-		if held != nil && held[i] {
-			continue
-		}
-		if r.old != nil {
-			s.onUpdate(r.old, r.new)
-		} else {
-			s.processor.Distribute(processor.AddNotification{Obj: r.new, InInitialList: isInInitialList}, false)
-		}
-	}
-	return nil
-}
-
-// noteListLocked classifies the error of storing a list's objects (Replace
-// or Patch, which store every object they do not refuse): it returns
-// which objects are not in the cache (nil if none). A key error refuses
-// the whole list before anything changes: it is returned, and nothing is
-// to be delivered. Caller holds blockDeltas.
-func (s *Informer) noteListLocked(a *applyErrors, objs []any, err error) (held []bool, whole error) {
-	var kerr cache.KeyError
-	if errors.As(err, &kerr) {
-		a.addRefused(err)
-		return nil, err
-	}
-	a.add(err)
-	if !indexer.Refused(err) {
-		return nil, nil
-	}
-	held = make([]bool, len(objs))
-	for i, obj := range objs {
-		key, kerr := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-		if kerr != nil {
-			continue
-		}
-		cur, exists, gerr := s.indexer.GetByKey(key)
-		if gerr == nil && exists && sameRV(cur, obj) {
-			continue
-		}
-		held[i] = true
-		a.addRefused(fmt.Errorf("boltinformer: object %q of the list not stored: %w", key, err))
-	}
-	return held, nil
-}
-
-// patchLocked applies a partial relist (partialRelist): the changed
-// objects, and the deletions of what the list does not have, carrying the
-// last object the cache knew (cache.DeletedFinalStateUnknown, as a relist
-// delivers them). The deletions are found now, not when the diff was made:
-// the old watch's events queued before the relist were applied since, and
-// may have created objects that the list does not have.
-func (s *Informer) patchLocked(info cache.ReplacedAllInfo, p *partialAnswer, isInInitialList bool, a *applyErrors) error {
-	var gone []string
-	s.indexer.Versions(func(_ string, objects iter.Seq2[string, string]) { gone = p.plan.Unlisted(objects) })
-	s.counters.events.Add(int64(len(info.Objects) + len(gone)))
-	s.countRelist()
-	var deletions []cache.DeletedFinalStateUnknown
-	for _, key := range gone {
-		if old, exists, err := s.indexer.GetByKey(key); err == nil && exists {
-			deletions = append(deletions, cache.DeletedFinalStateUnknown{Key: key, Obj: old})
-		}
-	}
-	type replacement struct{ old, new any }
-	replacements := make([]replacement, 0, len(info.Objects))
-	for _, obj := range info.Objects {
-		old, exists, err := s.indexer.Get(obj)
-		if err != nil || !exists {
-			old = nil
-		}
-		replacements = append(replacements, replacement{old, obj})
-	}
-	held, err := s.noteListLocked(a, info.Objects, s.indexer.Patch(info.Objects, gone, info.ResourceVersion))
-	if err != nil {
-		return err
-	}
-	if len(s.observers) > 0 {
-		// A relist, though only what changed was read: the observers get
-		// the whole content, as from a full one (the events in between
-		// are not known).
-		s.notifyLocked(Change{Type: ChangeReplace, Objects: s.indexer.List(), ResourceVersion: info.ResourceVersion})
-	}
-	for _, d := range deletions {
-		s.distributeDeleteLocked(processor.DeleteNotification{Old: d})
-	}
-	for i, r := range replacements {
-		if held != nil && held[i] {
-			continue
-		}
-		if r.old != nil {
-			s.onUpdate(r.old, r.new)
-		} else {
-			s.processor.Distribute(processor.AddNotification{Obj: r.new, InInitialList: isInInitialList}, false)
-		}
-	}
-	return nil
-}
-
-// countRelist counts a relist from the server by its cause.
-func (s *Informer) countRelist() {
-	expired := s.resume.Stats().Expired
-	if expired > s.expiredSeen.Swap(expired) {
-		s.counters.relistsExpired.Add(1)
-	} else {
-		s.counters.relistsOther.Add(1)
-	}
-}
-
-// onUpdate distributes an update; one that did not change the
-// resourceVersion is a resync, for the listeners due for one only.
-func (s *Informer) onUpdate(old, new any) {
-	s.processor.Distribute(processor.UpdateNotification{Old: old, New: new}, sameRV(old, new))
-}
-
-// handleBatchDeltas mirrors client-go's processDeltasInBatch: one
-// indexer transaction, then the handlers. What the cache could not apply
-// as received is reported (apply.go) once the lock is released.
-func (s *Informer) handleBatchDeltas(deltas []cache.Delta, isInInitialList bool) error {
-	s.awaitInitial(deltas)
-	var a applyErrors
-	err := func() error {
-		s.blockDeltas.Lock()
-		defer s.blockDeltas.Unlock()
-		return s.processBatchLocked(deltas, isInInitialList, &a)
-	}()
-	s.reportApply(&a)
-	return err
-}
-
-// processBatchLocked applies a batch of watch deltas in one indexer
-// transaction and delivers what was stored: an object an index function
-// failed on is stored and delivered; a refused one is neither. Caller
-// holds blockDeltas.
-func (s *Informer) processBatchLocked(deltas []cache.Delta, isInInitialList bool, a *applyErrors) error {
-	s.counters.events.Add(int64(len(deltas)))
-	txns := make([]cache.Transaction, 0, len(deltas))
-	notes := make([]processor.Notification, 0, len(deltas))
-	syncs := make([]bool, 0, len(deltas))
-	for _, d := range deltas {
-		obj := d.Object
-		switch d.Type {
-		case cache.Sync, cache.Replaced, cache.Added, cache.Updated:
-			if d.Type != cache.Sync {
-				s.crossLocked(obj)
-			}
-			if old, exists, err := s.indexer.Get(obj); err == nil && exists {
-				txns = append(txns, cache.Transaction{Type: cache.TransactionTypeUpdate, Object: obj})
-				notes = append(notes, processor.UpdateNotification{Old: old, New: obj})
-				syncs = append(syncs, sameRV(old, obj))
-			} else {
-				txns = append(txns, cache.Transaction{Type: cache.TransactionTypeAdd, Object: obj})
-				notes = append(notes, processor.AddNotification{Obj: obj, InInitialList: isInInitialList})
-				syncs = append(syncs, false)
-			}
-		case cache.Deleted:
-			txns = append(txns, cache.Transaction{Type: cache.TransactionTypeDelete, Object: obj})
-			notes = append(notes, processor.DeleteNotification{Old: obj})
-			syncs = append(syncs, false)
-		default:
-			return fmt.Errorf("boltinformer: delta type %s is not supported in batch processing", d.Type)
-		}
-	}
-	if terr := s.indexer.Transaction(txns...); terr != nil {
-		stored := make([]bool, len(txns))
-		for _, i := range terr.SuccessfulIndices {
-			stored[i] = true
-		}
-		for _, e := range terr.Errors {
-			if indexer.Refused(e) {
-				a.addRefused(e)
-			} else {
-				a.add(e)
-			}
-		}
-		for i, ok := range stored {
-			if !ok {
-				continue
-			}
-			s.notifyDeltaLocked(deltas[i])
-			s.distributeLocked(notes[i], syncs[i])
-			s.observeDeltaLocked(deltas[i])
-		}
-		if len(terr.SuccessfulIndices) == len(txns) {
-			return nil // all stored, all delivered; the errors are reported
-		}
-		return fmt.Errorf("boltinformer: not all items in the batch successfully processed: %s", terr.Error())
-	}
-	for i, n := range notes {
-		s.notifyDeltaLocked(deltas[i])
-		s.distributeLocked(n, syncs[i])
-	}
-	if s.freshSt.catchup != nil {
-		for _, d := range deltas {
-			s.observeDeltaLocked(d)
-		}
-	}
-	return nil
-}
-
-// distributeLocked distributes n (a delete through
-// distributeDeleteLocked). Caller holds blockDeltas.
-func (s *Informer) distributeLocked(n processor.Notification, sync bool) {
-	if d, ok := n.(processor.DeleteNotification); ok {
-		s.distributeDeleteLocked(d)
-		return
-	}
-	s.processor.Distribute(n, sync)
-}
-
-// distributeDeleteLocked distributes a delete, and keeps it for handlers
-// added later when it happened before a warm start was fresh
-// (ReplayDownDeletes). Caller holds blockDeltas.
-func (s *Informer) distributeDeleteLocked(n processor.DeleteNotification) {
-	s.processor.Distribute(n, false)
-	if s.replayDeletes && s.decision.Warm && !s.fresh.reached() {
-		s.downDeletes = append(s.downDeletes, n)
-	}
-}
-
-// observeDeltaLocked notes an applied watch delta for the catch-up of a
-// warm start (fresh.go). Caller holds blockDeltas.
-func (s *Informer) observeDeltaLocked(d cache.Delta) {
-	if s.freshSt.catchup == nil {
-		return
-	}
-	obj := d.Object
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(d.Object)
-	if err != nil {
-		return
-	}
-	rv := ""
-	if m, err := meta.Accessor(obj); err == nil {
-		rv = m.GetResourceVersion()
-	}
-	s.observeLocked(key, rv, d.Type == cache.Deleted)
-}
-
-func sameRV(old, new any) bool {
-	a, err := meta.Accessor(new)
-	if err != nil {
-		return false
-	}
-	o, err := meta.Accessor(old)
-	if err != nil {
-		return false
-	}
-	return a.GetResourceVersion() == o.GetResourceVersion()
 }

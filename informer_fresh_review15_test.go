@@ -300,7 +300,7 @@ func TestFreshBookmarkRestoredClusterBehind(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = db.Close() })
 	inf, err := db.NewInformer("pods", futureWatch{restored}, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{
-		SyncPolicy: boltinformer.SyncAfterFresh, Metadata: restored, FreshBookmarkWait: time.Minute})
+		SyncPolicy: boltinformer.SyncAfterFresh, Metadata: restored, FreshBookmarkWait: time.Minute, FreshListMax: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

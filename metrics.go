@@ -122,13 +122,16 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(m.start, 1, inf.name, mode, inf.decision.Reason)
 		if run := inf.runStarted.Load(); run != 0 {
-			for _, mo := range []*moment{inf.loaded, inf.fresh, inf.live} {
-				if at := mo.at.Load(); at != 0 {
-					gauge(m.moment, time.Duration(at-run).Seconds(), inf.name, mo.name)
+			for _, mo := range []struct {
+				name string
+				at   int64
+			}{{"loaded", inf.loaded.at.Load()}, {"fresh", atNano(inf.fr.Status())}, {"live", inf.live.at.Load()}} {
+				if mo.at != 0 {
+					gauge(m.moment, time.Duration(mo.at-run).Seconds(), inf.name, mo.name)
 				}
 			}
 		}
-		gauge(m.catchup, float64(inf.freshSt.pending.Load()), inf.name)
+		gauge(m.catchup, float64(inf.fr.Status().Pending), inf.name)
 	}
 }
 

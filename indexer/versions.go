@@ -17,3 +17,15 @@ func (x *Indexer) Versions(f func(applied string, objects iter.Seq2[string, stri
 		}
 	})
 }
+
+// VersionOf returns the resourceVersion of the object of key, without
+// decoding it.
+func (x *Indexer) VersionOf(key string) (string, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	it, ok := x.items[key]
+	if !ok {
+		return "", false
+	}
+	return it.rv, true
+}

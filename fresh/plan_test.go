@@ -1,4 +1,4 @@
-package reflector_test
+package fresh_test
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/boltinformer/boltinformer/reflector"
+	"github.com/boltinformer/boltinformer/fresh"
 )
 
 func metaList(rv string, items map[string]string) *metav1.PartialObjectMetadataList {
@@ -27,7 +27,7 @@ func key(m *metav1.PartialObjectMetadata) (string, error) { return cache.MetaNam
 func TestCatchup(t *testing.T) {
 	cached := map[string]string{"ns/a": "10", "ns/b": "11", "ns/c": "12", "ns/gone": "13", "ns/late": "31"}
 	list := metaList("30", map[string]string{"a": "10", "b": "20", "c": "12", "new": "25"})
-	c, err := reflector.Plan(list, key, "15", maps.All(cached))
+	c, err := fresh.Plan(list, key, "15", maps.All(cached))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,33 +56,33 @@ func TestCatchup(t *testing.T) {
 }
 
 func TestCatchupPassesR(t *testing.T) {
-	c, err := reflector.Plan(metaList("30", map[string]string{"a": "20"}), key, "15", maps.All(map[string]string{"ns/a": "10"}))
+	c, err := fresh.Plan(metaList("30", map[string]string{"a": "20"}), key, "15", maps.All(map[string]string{"ns/a": "10"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.ObserveProgress("29") || !c.ObserveProgress("30") {
 		t.Fatal("a bookmark at R must complete the catch-up, and only at R")
 	}
-	c, _ = reflector.Plan(metaList("30", map[string]string{"a": "20"}), key, "15", maps.All(map[string]string{"ns/a": "10"}))
+	c, _ = fresh.Plan(metaList("30", map[string]string{"a": "20"}), key, "15", maps.All(map[string]string{"ns/a": "10"}))
 	if !c.Observe("ns/other", "31", false) {
 		t.Fatal("an event past R must complete the catch-up")
 	}
 }
 
 func TestPlanErrors(t *testing.T) {
-	_, err := reflector.Plan(metaList("5", nil), key, "15", maps.All(map[string]string{}))
-	if !errors.Is(err, reflector.ErrOtherTimeline) {
+	_, err := fresh.Plan(metaList("5", nil), key, "15", maps.All(map[string]string{}))
+	if !errors.Is(err, fresh.ErrOtherTimeline) {
 		t.Fatalf("a list behind the cache: %v", err)
 	}
-	_, err = reflector.Plan(metaList("abc", nil), key, "15", maps.All(map[string]string{}))
-	if !errors.Is(err, reflector.ErrNotComparable) {
+	_, err = fresh.Plan(metaList("abc", nil), key, "15", maps.All(map[string]string{}))
+	if !errors.Is(err, fresh.ErrNotComparable) {
 		t.Fatalf("a list rv that does not parse: %v", err)
 	}
-	_, err = reflector.Plan(metaList("30", map[string]string{"a": "x1"}), key, "15", maps.All(map[string]string{}))
-	if !errors.Is(err, reflector.ErrNotComparable) {
+	_, err = fresh.Plan(metaList("30", map[string]string{"a": "x1"}), key, "15", maps.All(map[string]string{}))
+	if !errors.Is(err, fresh.ErrNotComparable) {
 		t.Fatalf("an item rv that does not parse: %v", err)
 	}
-	c, err := reflector.Plan(metaList("30", nil), key, "30", maps.All(map[string]string{}))
+	c, err := fresh.Plan(metaList("30", nil), key, "30", maps.All(map[string]string{}))
 	if err != nil || !c.Done() {
 		t.Fatalf("an empty diff: %v %+v", err, c)
 	}
@@ -93,14 +93,14 @@ func TestPlanErrors(t *testing.T) {
 // event past the list is caught up (it was taken for another timeline).
 func TestPlanResume(t *testing.T) {
 	list := metaList("30", map[string]string{"a": "20"})
-	c, err := reflector.PlanResume(list, key, "15", "31", maps.All(map[string]string{"ns/a": "20", "ns/b": "31"}))
+	c, err := fresh.PlanResume(list, key, "15", "31", maps.All(map[string]string{"ns/a": "20", "ns/b": "31"}))
 	if err != nil || !c.Done() || c.ResourceVersion != "31" {
 		t.Fatalf("applied past the list: %+v, %v", c, err)
 	}
-	if _, err := reflector.PlanResume(list, key, "35", "35", maps.All(map[string]string{})); !errors.Is(err, reflector.ErrOtherTimeline) {
+	if _, err := fresh.PlanResume(list, key, "35", "35", maps.All(map[string]string{})); !errors.Is(err, fresh.ErrOtherTimeline) {
 		t.Fatalf("a list behind the resume point: %v", err)
 	}
-	c, err = reflector.PlanResume(list, key, "15", "18", maps.All(map[string]string{"ns/a": "10"}))
+	c, err = fresh.PlanResume(list, key, "15", "18", maps.All(map[string]string{"ns/a": "10"}))
 	if err != nil || c.Done() || c.Changed != 1 {
 		t.Fatalf("a plan: %+v, %v", c, err)
 	}
@@ -113,7 +113,7 @@ func TestPlanResume(t *testing.T) {
 // objects the server's state at R does not. The catch-up was done at the
 // first delete, and Fresh came with the re-created object in the cache.
 func TestRegressionCatchupRecreatedBeforeR(t *testing.T) {
-	c, err := reflector.Plan(metaList("20", map[string]string{"j": "11"}), key, "4", maps.All(map[string]string{"ns/j": "2", "ns/k": "3"}))
+	c, err := fresh.Plan(metaList("20", map[string]string{"j": "11"}), key, "4", maps.All(map[string]string{"ns/j": "2", "ns/k": "3"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,8 +143,8 @@ func TestRegressionCatchupRecreatedBeforeR(t *testing.T) {
 // another history (a restored cluster that has passed the cache's
 // resourceVersion since): the plan took it for unchanged.
 func TestRegressionPlanObjectOlderThanCache(t *testing.T) {
-	_, err := reflector.Plan(metaList("100", map[string]string{"a": "3"}), key, "30", maps.All(map[string]string{"ns/a": "12"}))
-	if !errors.Is(err, reflector.ErrOtherTimeline) {
+	_, err := fresh.Plan(metaList("100", map[string]string{"a": "3"}), key, "30", maps.All(map[string]string{"ns/a": "12"}))
+	if !errors.Is(err, fresh.ErrOtherTimeline) {
 		t.Fatalf("an object older on the server than in the cache: %v", err)
 	}
 }
@@ -157,16 +157,16 @@ func TestRegressionPlanObjectOlderThanCache(t *testing.T) {
 func TestRegressionPlanResumeListedNotCached(t *testing.T) {
 	for _, cached := range []map[string]string{{}, {"ns/a": "3"}} {
 		list := metaList("40", map[string]string{"a": "6"})
-		if _, err := reflector.PlanResume(list, key, "22", "22", maps.All(cached)); !errors.Is(err, reflector.ErrOtherTimeline) {
+		if _, err := fresh.PlanResume(list, key, "22", "22", maps.All(cached)); !errors.Is(err, fresh.ErrOtherTimeline) {
 			t.Fatalf("cached %v: %v", cached, err)
 		}
-		c, err := reflector.Plan(list, key, "22", maps.All(cached))
+		c, err := fresh.Plan(list, key, "22", maps.All(cached))
 		if err != nil || len(c.ChangedKeys()) != 1 {
 			t.Fatalf("Plan, cached %v: %+v, %v", cached, c, err)
 		}
 	}
 	// After the cache's resourceVersion: the watch brings it.
-	c, err := reflector.PlanResume(metaList("40", map[string]string{"a": "30"}), key, "22", "22", maps.All(map[string]string{"ns/a": "3"}))
+	c, err := fresh.PlanResume(metaList("40", map[string]string{"a": "30"}), key, "22", "22", maps.All(map[string]string{"ns/a": "3"}))
 	if err != nil || c.Changed != 1 {
 		t.Fatalf("a change after the resume point: %+v, %v", c, err)
 	}
@@ -177,8 +177,8 @@ func TestRegressionPlanResumeListedNotCached(t *testing.T) {
 // is not one history: Missed names them (the catch-up was done, silently,
 // and the informer fresh without them).
 func TestRegressionCatchupMissed(t *testing.T) {
-	plan := func() *reflector.Catchup {
-		c, err := reflector.PlanResume(metaList("30", map[string]string{"a": "25", "b": "30"}), key, "20", "20", maps.All(map[string]string{"ns/gone": "5", "ns/a": "4"}))
+	plan := func() *fresh.Catchup {
+		c, err := fresh.PlanResume(metaList("30", map[string]string{"a": "25", "b": "30"}), key, "20", "20", maps.All(map[string]string{"ns/gone": "5", "ns/a": "4"}))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package reflector
+package fresh
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 )
 
@@ -19,31 +18,6 @@ import (
 // PartialObjectMetadataList (k8s.io/client-go/metadata).
 type MetadataLister interface {
 	ListMetadata(ctx context.Context, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error)
-}
-
-// MetadataListerFunc adapts a function to MetadataLister.
-type MetadataListerFunc func(ctx context.Context, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error)
-
-// ListMetadata implements MetadataLister.
-func (f MetadataListerFunc) ListMetadata(ctx context.Context, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
-	return f(ctx, opts)
-}
-
-// ObjectGetter reads one object of an informer's resource (with its
-// selectors) as it was at an exact resourceVersion: a kube-apiserver
-// serves a LIST with a metadata.name field selector and
-// resourceVersionMatch=Exact. An object that did not exist then is a
-// NotFound error.
-type ObjectGetter interface {
-	GetAt(ctx context.Context, namespace, name, resourceVersion string) (runtime.Object, error)
-}
-
-// ObjectGetterFunc adapts a function to ObjectGetter.
-type ObjectGetterFunc func(ctx context.Context, namespace, name, resourceVersion string) (runtime.Object, error)
-
-// GetAt implements ObjectGetter.
-func (f ObjectGetterFunc) GetAt(ctx context.Context, namespace, name, resourceVersion string) (runtime.Object, error) {
-	return f(ctx, namespace, name, resourceVersion)
 }
 
 // ListAllMetadata lists every page of a consistent, most recent metadata
@@ -72,12 +46,12 @@ func ListAllMetadata(ctx context.Context, l MetadataLister) (*metav1.PartialObje
 // ErrNotComparable means resourceVersions could not be ordered (a server
 // whose resourceVersions are not kube-apiserver's decimal integers, such
 // as some aggregated APIs): freshness falls back to the first watch event.
-var ErrNotComparable = errors.New("reflector: resourceVersions are not comparable")
+var ErrNotComparable = errors.New("fresh: resourceVersions are not comparable")
 
 // ErrOtherTimeline means the server's list is older than the cache: the
 // server was restored from a backup or replaced, so the cache belongs to
 // another history and must be replaced by a list.
-var ErrOtherTimeline = errors.New("reflector: the server's resourceVersion is behind the cache's: restored or replaced cluster")
+var ErrOtherTimeline = errors.New("fresh: the server's resourceVersion is behind the cache's: restored or replaced cluster")
 
 // Catchup is the diff between a cache and a metadata list taken at
 // resourceVersion R, and what the resumed watch must still bring for the
@@ -141,7 +115,7 @@ func plan(list *metav1.PartialObjectMetadataList, keyOf func(*metav1.PartialObje
 		it := &list.Items[i]
 		key, err := keyOf(it)
 		if err != nil {
-			return nil, fmt.Errorf("reflector: metadata list item: %w", err)
+			return nil, fmt.Errorf("fresh: metadata list item: %w", err)
 		}
 		if _, err := resourceversion.CompareResourceVersion(it.ResourceVersion, r); err != nil {
 			return nil, fmt.Errorf("%w: object %q at %q: %w", ErrNotComparable, key, it.ResourceVersion, err)
