@@ -374,7 +374,7 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		Committer:     db.committer,
 		Fresh:         !decision.Warm,
 		Identity:      identity,
-		Logger:        &logger,
+		Logger:        &base, // the indexer adds the key "informer" itself
 		// FailOnCorrupt promises the error of a damaged record from Open:
 		// read them all at the start, not the envelope snapshot.
 		VerifyRecords: db.failOnCorrupt,
