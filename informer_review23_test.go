@@ -4,12 +4,14 @@ package boltinformer_test
 // of a running informer, its log lines and its WatchStats.
 
 import (
+	"path/filepath"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/boltinformer/boltinformer"
+	"github.com/boltinformer/boltinformer/internal/testobj"
 )
 
 // duplicateKey returns a key that sorted keys hold twice, or "".
@@ -63,5 +65,44 @@ func TestRegressionLogKeysOnce(t *testing.T) {
 	}
 	if !indexerLine {
 		t.Fatal("no line of the indexer was logged: the test proves nothing")
+	}
+}
+
+// TestRegressionColdStartNotResumed: a cold start resumes nothing, and its
+// WatchStats and Health say so; a warm start is resumed once the server
+// accepts its watch. A cold start's first list marked it resumed, so
+// Resumed could not tell a cold start from a warm one that resumed.
+func TestRegressionColdStartNotResumed(t *testing.T) {
+	f := &cacheFile{t: t, path: filepath.Join(t.TempDir(), "cache.db"), src: podSource(t, 5)}
+	r := f.open(nil, nil)
+	r.run()
+	r.waitSynced()
+	if _, err := f.src.Create(testobj.Pod(100, 3, 2, "")); err != nil {
+		t.Fatal(err)
+	}
+	r.waitApplied() // the first list and a watch event
+	if ws := r.inf.WatchStats(); ws.Resumed || ws.Lists != 1 || ws.Events == 0 {
+		t.Errorf("cold start: WatchStats %+v, want Resumed false after its list and an event", ws)
+	}
+	if h := r.inf.Health(); h.Resumed || h.Start != "cold" || !h.Live {
+		t.Errorf("cold start: Health %+v, want cold, live and not resumed", h)
+	}
+	r.close()
+
+	r = f.open(nil, nil)
+	if !r.inf.Decision().Warm {
+		t.Fatalf("second start: %+v, want warm", r.inf.Decision())
+	}
+	r.run()
+	r.waitSynced()
+	if _, err := f.src.Create(testobj.Pod(101, 3, 2, "")); err != nil {
+		t.Fatal(err)
+	}
+	r.waitApplied()
+	if ws := r.inf.WatchStats(); !ws.Resumed || ws.Lists != 0 {
+		t.Errorf("warm start: WatchStats %+v, want resumed without a list", ws)
+	}
+	if h := r.inf.Health(); !h.Resumed || h.Start != "warm" {
+		t.Errorf("warm start: Health %+v, want warm and resumed", h)
 	}
 }
