@@ -4,7 +4,10 @@ package boltinformer_test
 // of a running informer, its log lines and its WatchStats.
 
 import (
+	"fmt"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +25,18 @@ func duplicateKey(keys []string) string {
 		}
 	}
 	return ""
+}
+
+// value returns the value of key in e's key-value pairs (the last one).
+func (e logEntry) value(key string) (any, bool) {
+	var v any
+	found := false
+	for i := 0; i+1 < len(e.kv); i += 2 {
+		if e.kv[i] == key {
+			v, found = e.kv[i+1], true
+		}
+	}
+	return v, found
 }
 
 // TestRegressionLogKeysOnce: no log line of an informer carries a key
@@ -105,4 +120,63 @@ func TestRegressionColdStartNotResumed(t *testing.T) {
 	if h := r.inf.Health(); !h.Resumed || h.Start != "warm" {
 		t.Errorf("warm start: Health %+v, want warm and resumed", h)
 	}
+}
+
+// TestRegressionRelistLoggedAtDefaultLevel: a relist after a 410 (the
+// saved resourceVersion expired while the informer was down) is one line
+// at the default level, full or partial: it was logged only at V(1) (a
+// partial relist) or V(2) (why a relist was full), so an operator whose
+// restart listed everything saw nothing of it.
+func TestRegressionRelistLoggedAtDefaultLevel(t *testing.T) {
+	for _, partial := range []bool{false, true} {
+		t.Run(fmt.Sprintf("partial=%v", partial), func(t *testing.T) {
+			f := newCacheFile(t, 20)
+			churn(t, f.src, 1) // 3 of 20 changed: partial above 15%
+			f.src.Compact()
+			f.src.ResetCalls()
+			logger, get := newCapture()
+			opts := &boltinformer.InformerOptions{Logger: &logger}
+			if partial {
+				opts.Metadata, opts.Getter, opts.PartialRelistRatio = f.src, f.src, 0.5
+			}
+			r := f.open(nil, opts)
+			r.run()
+			r.waitSynced()
+			r.waitApplied()
+			ws := r.inf.WatchStats()
+			if ws.Expired != 1 || (ws.PartialRelists == 1) != partial || ws.Lists != btoi(!partial) {
+				t.Fatalf("WatchStats %+v: want one 410 and one relist, partial %v", ws, partial)
+			}
+			var lines []logEntry
+			for _, e := range get() {
+				if strings.HasPrefix(e.msg, "Relisted") {
+					lines = append(lines, e)
+				}
+			}
+			if len(lines) != 1 || lines[0].level != 0 || lines[0].err {
+				t.Fatalf("relist lines %+v, want one at the default level", lines)
+			}
+			l := lines[0]
+			received := len(f.src.Objects()) // a full relist: every object
+			if partial {
+				received = 2 // the updated and the created one
+			}
+			for key, want := range map[string]any{"partial": partial, "cause": "expired", "resourceVersion": f.src.ResourceVersion(),
+				"received": received, "deleted": 1} {
+				if got, ok := l.value(key); !ok || got != want {
+					t.Errorf("relist line %q: %s = %v, want %v (%v)", l.msg, key, got, want, l.kv)
+				}
+			}
+			if !slices.Contains(l.keys, "informer") {
+				t.Errorf("relist line %q does not name its informer: %v", l.msg, l.kv)
+			}
+		})
+	}
+}
+
+func btoi(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }
