@@ -277,7 +277,7 @@ func TestDropInformersKill9(t *testing.T) {
 		dir = t.TempDir() // the children get it as Env.Dir
 	}
 	crashtest.Run(t, crashtest.Config{
-		Dir:      dir,
+		Dir:   dir,
 		Kills: 20,
 		Final: true,
 		Seed:  23,
