@@ -82,8 +82,9 @@ type DB struct {
 	failOnCorrupt   bool
 	maxCorruptFiles int
 
-	// mu guards informers, reserved, releaseErrs and closed. Lock order: mu is a
-	// leaf (no other lock is taken while it is held).
+	// mu guards informers, reserved, used, closing, dropping, releaseErrs
+	// and closed. Lock order: mu is a leaf (no other lock is taken while
+	// it is held).
 	mu        sync.Mutex
 	informers map[string]*Informer
 	// reserved are the names of the informers NewInformer is building:
@@ -91,6 +92,15 @@ type DB struct {
 	// refused call touches nothing. building counts them: Close waits
 	// for them before it stops the commit loop.
 	reserved map[string]struct{}
+	// used are the names of every informer registered since Open
+	// (DropUnused leaves them); closing counts, by name, the stopped
+	// informers whose indexer is being closed (its last flush and
+	// envelope snapshot still write); dropping are the names a drop is
+	// removing from the file, each with a channel closed when it is done
+	// (NewInformer of such a name waits for it).
+	used     map[string]struct{}
+	closing  map[string]int
+	dropping map[string]chan struct{}
 	// releaseErrs are the errors of closing stopped informers' indexers
 	// (unregister), which Close returns.
 	releaseErrs []error
@@ -145,6 +155,9 @@ func Open(path string, opts *Options) (*DB, error) {
 		clock:           o.Clock,
 		informers:       map[string]*Informer{},
 		reserved:        map[string]struct{}{},
+		used:            map[string]struct{}{},
+		closing:         map[string]int{},
+		dropping:        map[string]chan struct{}{},
 		done:            make(chan struct{}),
 	}
 	db.metrics = newMetrics(db)
@@ -327,6 +340,17 @@ func (db *DB) snapshotInformers() []*Informer {
 func (db *DB) reserve(name string) error {
 	db.mu.Lock()
 	defer db.mu.Unlock()
+	for {
+		ch, ok := db.dropping[name]
+		if !ok {
+			break
+		}
+		// A drop is removing the name's data: the informer starts after
+		// it, cold.
+		db.mu.Unlock()
+		<-ch
+		db.mu.Lock()
+	}
 	if db.closed {
 		return ErrClosed
 	}
@@ -356,8 +380,16 @@ func (db *DB) unregister(inf *Informer) {
 		delete(db.informers, inf.name)
 	}
 	db.building.Add(1) // Close waits for the indexer's close
+	db.closing[inf.name]++
 	db.mu.Unlock()
-	defer db.building.Done()
+	defer func() {
+		db.mu.Lock()
+		if db.closing[inf.name]--; db.closing[inf.name] == 0 {
+			delete(db.closing, inf.name)
+		}
+		db.mu.Unlock()
+		db.building.Done()
+	}()
 	if err := inf.closeIndexer(); err != nil {
 		// Its last flush failed: the file holds its last commit. Close
 		// reports it too, as it would have had the informer still run.
@@ -413,5 +445,6 @@ func (db *DB) register(name string, inf *Informer) {
 	defer db.mu.Unlock()
 	delete(db.reserved, name)
 	db.informers[name] = inf
+	db.used[name] = struct{}{}
 	db.building.Done()
 }

@@ -59,6 +59,9 @@ var (
 	// (Health.CommitsHeld): the file stays at its saved resourceVersion on
 	// purpose. It is indexer.ErrHeld.
 	ErrCommitsHeld = indexer.ErrHeld
+	// ErrNoInformer means the cache file holds no informer of that name
+	// (DB.DropInformers). It is store.ErrNoInformer.
+	ErrNoInformer = store.ErrNoInformer
 	// ErrClosed means the DB was used after Close.
 	ErrClosed = errors.New("boltinformer: DB is closed")
 	// ErrEncryptionKey means an informer's Keyring (or its absence) does

@@ -44,7 +44,9 @@ type Health struct {
 	AppliedResourceVersion string `json:"appliedResourceVersion"`
 	// LastWatchEvent is when the last watch event arrived.
 	LastWatchEvent time.Time `json:"lastWatchEvent,omitzero"`
-	// Resumed is true once the server accepted the resume or a list.
+	// Resumed is true once the server accepted a warm start's resume (a
+	// watch event, or a relist after a 410); false for a cold start, which
+	// resumes nothing (Live says when its watch was accepted).
 	Resumed bool `json:"resumed"`
 	// Loaded, Fresh and Live are the moments of a start: the cache serves
 	// (from the file, or the first list); it equals the server's state at

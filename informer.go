@@ -379,7 +379,7 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		Committer:     db.committer,
 		Fresh:         !decision.Warm,
 		Identity:      identity,
-		Logger:        &logger,
+		Logger:        &base, // the indexer adds the key "informer" itself
 		// FailOnCorrupt promises the error of a damaged record from Open:
 		// read them all at the start, not the envelope snapshot.
 		VerifyRecords: db.failOnCorrupt,
@@ -512,8 +512,10 @@ type WatchStats struct {
 	LastEvent time.Time
 	// LastError is the last error seen, or nil.
 	LastError error
-	// Resumed is true once the server accepted the resume (a watch event
-	// other than an error arrived, or a server list succeeded).
+	// Resumed is true once the server accepted a warm start's resume: a
+	// watch event other than an error arrived, or a list from the server
+	// succeeded (a relist after a 410). A cold start resumes nothing: it
+	// stays false (Health.Live says when its watch was accepted).
 	Resumed bool
 	// RelistsRequested counts relists the informer forced (an object of
 	// the file found undecodable).

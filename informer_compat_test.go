@@ -22,11 +22,15 @@ import (
 	"github.com/boltinformer/boltinformer/indexer"
 )
 
-// logEntry is one captured log call: its message and every key (the
-// logger's values' and the call's).
+// logEntry is one captured log call: its message, every key (the
+// logger's values' and the call's, sorted), its verbosity (0 for errors)
+// and whether it was an error.
 type logEntry struct {
-	msg  string
-	keys []string
+	msg   string
+	keys  []string
+	kv    []any // the logger's values and the call's, in order
+	level int
+	err   bool
 }
 
 // captureSink is a logr.LogSink that records every entry.
@@ -47,13 +51,13 @@ func newCapture() (klog.Logger, func() []logEntry) {
 
 func (s captureSink) Init(logr.RuntimeInfo) {}
 func (s captureSink) Enabled(int) bool      { return true }
-func (s captureSink) Info(_ int, msg string, kv ...any) {
-	s.record(msg, kv)
+func (s captureSink) Info(level int, msg string, kv ...any) {
+	s.record(logEntry{msg: msg, level: level}, kv)
 }
 func (s captureSink) Error(_ error, msg string, kv ...any) {
-	s.record(msg, kv)
+	s.record(logEntry{msg: msg, err: true}, kv)
 }
-func (s captureSink) record(msg string, kv []any) {
+func (s captureSink) record(e logEntry, kv []any) {
 	var keys []string
 	for _, list := range [][]any{s.values, kv} {
 		for i := 0; i < len(list); i += 2 {
@@ -61,8 +65,10 @@ func (s captureSink) record(msg string, kv []any) {
 		}
 	}
 	sort.Strings(keys)
+	e.keys = keys
+	e.kv = append(slices.Clone(s.values), kv...)
 	s.mu.Lock()
-	*s.entries = append(*s.entries, logEntry{msg, keys})
+	*s.entries = append(*s.entries, e)
 	s.mu.Unlock()
 }
 func (s captureSink) WithValues(kv ...any) logr.LogSink {

@@ -26,7 +26,7 @@ func byNode(obj any) ([]string, error) {
 }
 
 // checkFile fails the test if store Check finds a problem in db's file.
-func checkFile(t *testing.T, db *boltinformer.DB) {
+func checkFile(t testing.TB, db *boltinformer.DB) {
 	t.Helper()
 	probs, err := db.Store().Check(nil)
 	if err != nil {

@@ -252,9 +252,7 @@ func (s *Informer) replaceAllLocked(info cache.ReplacedAllInfo, isInInitialList 
 		return s.patchLocked(info, p, isInInitialList, a)
 	}
 	s.counters.events.Add(int64(len(info.Objects)))
-	if s.listed.Swap(true) {
-		s.countRelist()
-	}
+	relist := s.listed.Swap(true)
 	keyFunc := cache.DeletionHandlingMetaNamespaceKeyFunc
 	newKeys := sets.New[string]()
 	for _, obj := range info.Objects {
@@ -274,6 +272,9 @@ func (s *Informer) replaceAllLocked(info cache.ReplacedAllInfo, isInInitialList 
 			old = nil
 		}
 		deletions = append(deletions, cache.DeletedFinalStateUnknown{Key: key, Obj: old})
+	}
+	if relist {
+		s.countRelist(false, info.ResourceVersion, len(info.Objects), len(deletions))
 	}
 	type replacement struct{ old, new any }
 	replacements := make([]replacement, 0, len(info.Objects))
@@ -349,13 +350,13 @@ func (s *Informer) patchLocked(info cache.ReplacedAllInfo, p *partialAnswer, isI
 	var gone []string
 	s.indexer.Versions(func(_ string, objects iter.Seq2[string, string]) { gone = p.plan.Unlisted(objects) })
 	s.counters.events.Add(int64(len(info.Objects) + len(gone)))
-	s.countRelist()
 	var deletions []cache.DeletedFinalStateUnknown
 	for _, key := range gone {
 		if old, exists, err := s.indexer.GetByKey(key); err == nil && exists {
 			deletions = append(deletions, cache.DeletedFinalStateUnknown{Key: key, Obj: old})
 		}
 	}
+	s.countRelist(true, info.ResourceVersion, len(info.Objects), len(deletions))
 	type replacement struct{ old, new any }
 	replacements := make([]replacement, 0, len(info.Objects))
 	for _, obj := range info.Objects {
@@ -391,14 +392,28 @@ func (s *Informer) patchLocked(info cache.ReplacedAllInfo, p *partialAnswer, isI
 	return nil
 }
 
-// countRelist counts a relist from the server by its cause.
-func (s *Informer) countRelist() {
+// countRelist counts a relist from the server by its cause, and logs it
+// in one line at the default level: a relist is rare (a 410, or one the
+// informer asked for, whose reason is logged already) and costs the
+// apiserver, so an operator must see it without raising the verbosity.
+// received is what the server sent (every object, or only what changed
+// for a partial relist), deleted what the relist removed from the cache.
+func (s *Informer) countRelist(partial bool, rv string, received, deleted int) {
 	expired := s.resume.Stats().Expired
+	cause, msg := "expired", "Relisted from the server: the watch's resourceVersion had expired (410)"
 	if expired > s.expiredSeen.Swap(expired) {
 		s.counters.relistsExpired.Add(1)
 	} else {
 		s.counters.relistsOther.Add(1)
+		cause, msg = "requested", "Relisted from the server, as the informer asked"
 	}
+	kv := []any{"cause", cause, "partial", partial, "resourceVersion", rv, "received", received, "deleted", deleted}
+	if !partial && s.metadata != nil && s.getter != nil && s.partialRatio >= 0 {
+		// Why not partial is at V(2): more than this share changed, or the
+		// metadata list or an exact read failed.
+		kv = append(kv, "partialRelistRatio", s.partialRatio)
+	}
+	s.logger.Info(msg, kv...)
 }
 
 // onUpdate distributes an update; one that did not change the

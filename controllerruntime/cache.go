@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -73,6 +74,17 @@ type Options struct {
 	// NoReplayDownDeletes turns off the delete requests for objects
 	// deleted while the operator was down (see the package doc).
 	NoReplayDownDeletes bool
+	// PartialRelistRatio is the largest share of an informer's objects
+	// that a relist after a 410 (the saved resourceVersion too old: an
+	// operator down longer than the apiserver's watch history, or an
+	// apiserver restart) reads one by one, each at the list's
+	// resourceVersion, after a metadata-only list; above it the relist
+	// lists every object. 0 means boltinformer.DefaultPartialRelistRatio
+	// (5%, where the exact reads cost the apiserver about as much CPU as
+	// a full list); negative turns partial relists off. Raise it when a
+	// full list costs more than the reads (large objects, a loaded
+	// apiserver, a slow link): see boltinformer.InformerOptions.
+	PartialRelistRatio float64
 	// Memory is boltinformer.FullMemory (the default) or BoundedMemory,
 	// with CacheSize decoded objects.
 	Memory    boltinformer.MemoryMode
@@ -83,6 +95,19 @@ type Options struct {
 	// InMemory, when set, names kinds that are not persisted: their
 	// informers are client-go's.
 	InMemory func(gvk schema.GroupVersionKind) bool
+	// DropUnusedAfter, when positive, makes the cache's stop (Start's
+	// return) drop from the file the controller-runtime informers (names
+	// starting "controller-runtime/") that it did not use and that
+	// committed nothing for this long (boltinformer.DB.DropUnused): a
+	// namespace no longer in DefaultNamespaces or ByObject, a changed
+	// selector, a kind no longer watched. Without it their data stays in
+	// the file until dropped by hand (inspect drop, DB.DropInformers). An
+	// informer the cache builds only now and then (a kind read once a
+	// week) and not in this run is dropped too when older, and starts
+	// cold when next built: choose a duration longer than such gaps (and
+	// than any downtime after which the next run reads that kind only
+	// later). 0 drops nothing.
+	DropUnusedAfter time.Duration
 	// Logger; default controller-runtime's logger named "boltinformer".
 	Logger *logr.Logger
 }
@@ -256,7 +281,25 @@ func (c *Cache) Start(ctx context.Context) error {
 	if ferr := c.db.Flush(context.Background()); ferr != nil {
 		c.logger.Error(ferr, "Final flush of the cache file failed; the next start resumes from the last commit")
 	}
+	if err == nil && c.opts.DropUnusedAfter > 0 {
+		c.dropUnused()
+	}
 	return err
+}
+
+// informerPrefix starts the name of every informer NewCache persists
+// (informerName).
+const informerPrefix = "controller-runtime/"
+
+// dropUnused drops the controller-runtime informers of the file that this
+// cache did not use and that committed nothing for DropUnusedAfter (the
+// DB logs what it drops). A failure is logged: the cache has stopped, and
+// it costs only disk until the next stop.
+func (c *Cache) dropUnused() {
+	_, err := c.db.DropUnused(c.opts.DropUnusedAfter, func(name string) bool { return strings.HasPrefix(name, informerPrefix) })
+	if err != nil {
+		c.logger.Error(err, "Dropping the unused informers from the cache file failed; they stay until the next stop", "dropUnusedAfter", c.opts.DropUnusedAfter)
+	}
 }
 
 // fail records the first error that fails the cache (Start returns it).

@@ -79,10 +79,30 @@
 // the same resourceVersion and replays them; once FreshTimeout has passed
 // without fresh, the start commits and a kill then loses their replay.
 //
+// # A relist after a 410
+//
+// An operator down longer than the apiserver's watch history, or an
+// apiserver restart, gets 410 for the resumed watch. The relist lists
+// metadata and reads only the objects that changed, each at the list's
+// resourceVersion, when at most Options.PartialRelistRatio of them did
+// (default 5%); else it lists every object. Each relist is one log line at
+// the default level.
+//
 // # Lifetime
 //
 // The cache's Start returns once every informer has stopped and the file
 // has committed what they applied; close the DB after mgr.Start returns.
 // RemoveInformer waits for the removed informers to stop, so the same
 // informer can be created again, resuming from the file.
+//
+// # Scopes no longer used
+//
+// An informer's data stays in the file when the program no longer builds
+// it: a namespace taken out of DefaultNamespaces or ByObject, a changed
+// selector (another name), a kind no longer watched. With
+// Options.DropUnusedAfter, the cache's stop drops the informers of the
+// file named "controller-runtime/..." that this run did not build and that
+// committed nothing for that long (boltinformer.DB.DropUnused, one
+// transaction). Offline, inspect drop removes them (the operator
+// stopped).
 package boltcr

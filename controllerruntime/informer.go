@@ -144,7 +144,7 @@ func informerName(kind objectKind, gvr schema.GroupVersionResource, sc scope) st
 	if ns == "" {
 		ns = "_all"
 	}
-	name := fmt.Sprintf("controller-runtime/%s/%s/%s/%s/%s", kind, group, gvr.Version, gvr.Resource, ns)
+	name := fmt.Sprintf("%s%s/%s/%s/%s/%s", informerPrefix, kind, group, gvr.Version, gvr.Resource, ns)
 	if sc.label != "" || sc.field != "" {
 		sum := sha256.Sum256([]byte(sc.label + "\x00" + sc.field))
 		name += "/" + hex.EncodeToString(sum[:6])
@@ -191,7 +191,10 @@ func (s *Informer) get() toolscache.SharedIndexInformer {
 // holds mu.
 func (s *Informer) buildLocked(transform toolscache.TransformFunc) {
 	c := s.c
-	logger := c.logger.WithValues("informer", s.name, "gvk", s.gvk.String(), "namespace", s.scope.namespace)
+	// base is the persistent informer's logger (it adds the key
+	// "informer" itself); logger is for this file's lines.
+	base := c.logger.WithValues("gvk", s.gvk.String(), "namespace", s.scope.namespace)
+	logger := base.WithValues("informer", s.name)
 	err := s.planErr
 	if err == nil && c.opts.InMemory != nil && c.opts.InMemory(s.gvk) {
 		err = errors.New("Options.InMemory names its kind")
@@ -201,7 +204,7 @@ func (s *Informer) buildLocked(transform toolscache.TransformFunc) {
 	}
 	if err == nil {
 		var inf *boltinformer.Informer
-		inf, err = c.db.NewInformer(s.name, s.lw, s.example, s.resync, s.indexers, s.informerOptions(logger))
+		inf, err = c.db.NewInformer(s.name, s.lw, s.example, s.resync, s.indexers, s.informerOptions(base))
 		if err == nil {
 			_ = inf.SetTransform(transform) // not started: cannot fail
 			if s.watchErr != nil {
@@ -232,20 +235,21 @@ func (s *Informer) buildLocked(transform toolscache.TransformFunc) {
 func (s *Informer) informerOptions(logger logr.Logger) *boltinformer.InformerOptions {
 	c := s.c
 	o := &boltinformer.InformerOptions{
-		ClusterID:         c.cluster,
-		Resource:          fmt.Sprintf("%s (%s)", s.gvr, s.kind),
-		ListOptions:       boltinformer.ListOptionsFingerprint(s.scope.namespace, s.scope.listOptions()),
-		TransformID:       s.transformID,
-		SyncPolicy:        boltinformer.SyncAfterFresh,
-		FreshTimeout:      c.freshFor,
-		FreshBookmarkWait: c.bookmark,
-		Metadata:          s.metadataLister(),
-		Getter:            s.exactGetter(),
-		ReplayDownDeletes: !c.opts.NoReplayDownDeletes,
-		Memory:            c.opts.Memory,
-		CacheSize:         c.opts.CacheSize,
-		Scheme:            c.scheme, // the manager's: a transform may return any of its kinds
-		Logger:            &logger,
+		ClusterID:          c.cluster,
+		Resource:           fmt.Sprintf("%s (%s)", s.gvr, s.kind),
+		ListOptions:        boltinformer.ListOptionsFingerprint(s.scope.namespace, s.scope.listOptions()),
+		TransformID:        s.transformID,
+		SyncPolicy:         boltinformer.SyncAfterFresh,
+		FreshTimeout:       c.freshFor,
+		FreshBookmarkWait:  c.bookmark,
+		Metadata:           s.metadataLister(),
+		Getter:             s.exactGetter(),
+		ReplayDownDeletes:  !c.opts.NoReplayDownDeletes,
+		PartialRelistRatio: c.opts.PartialRelistRatio,
+		Memory:             c.opts.Memory,
+		CacheSize:          c.opts.CacheSize,
+		Scheme:             c.scheme, // the manager's: a transform may return any of its kinds
+		Logger:             &logger,
 	}
 	if c.opts.SyncAfterDiskLoad {
 		o.SyncPolicy = boltinformer.SyncAfterDiskLoad

@@ -73,7 +73,9 @@ type Options struct {
 	// Identity fills the identity fields of the state record (ClusterID,
 	// Resource, ListOptions, Transform); the rest is the indexer's.
 	Identity store.State
-	// Logger is used for errors that have no caller to return to.
+	// Logger is used for errors that have no caller to return to; the
+	// indexer adds the key "informer" (its name) to it, so it must not
+	// have that key already.
 	Logger *klog.Logger
 	// OnUndecodable, when set, is called (outside the indexer's lock, from
 	// whichever goroutine found them) with the number of objects loaded

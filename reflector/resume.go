@@ -51,8 +51,10 @@ type Stats struct {
 	LastEvent time.Time
 	// LastError is the last error seen, or nil.
 	LastError error
-	// Resumed is true once the server accepted the resume (a watch event
-	// other than an error arrived, or a server List succeeded).
+	// Resumed is true once the server accepted a warm start's resume: a
+	// watch event other than an error arrived, or a List from the server
+	// succeeded (a relist after a 410). A cold start resumes nothing: it
+	// stays false.
 	Resumed bool
 	// RelistsRequested counts relists forced by RequestRelist.
 	RelistsRequested int64
@@ -142,7 +144,7 @@ func (lw *ListerWatcher) markResumed() {
 	lw.resumedOnce.Do(func() {
 		lw.resumed.Store(true)
 		lw.statsMu.Lock()
-		lw.stats.Resumed = true
+		lw.stats.Resumed = lw.Warm() // a cold start has nothing to resume
 		lw.statsMu.Unlock()
 		close(lw.resumedCh)
 	})

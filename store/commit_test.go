@@ -583,6 +583,25 @@ func TestDeleteInformer(t *testing.T) {
 		}
 		return nil
 	})
+	// Several in one transaction: a name the file lacks removes nothing.
+	if err := db.Commit(podBatch(t, "c", 0, 2, "1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.DeleteInformers("b", "absent", "c"); !errors.Is(err, store.ErrNoInformer) {
+		t.Fatalf("DeleteInformers with an absent name: %v, want ErrNoInformer", err)
+	}
+	if err := db.DeleteInformers("b", "c"); err != nil {
+		t.Fatal(err)
+	}
+	_ = db.View(func(tx *store.Tx) error {
+		if got := tx.Informers(); len(got) != 0 {
+			t.Errorf("Informers %v, want none", got)
+		}
+		return nil
+	})
+	if probs, err := db.Check(nil); err != nil || len(probs) > 0 {
+		t.Fatalf("check: %v %v", err, probs)
+	}
 }
 
 func TestBeforeCommitHook(t *testing.T) {

@@ -477,15 +477,34 @@ func (db *DB) update(fn func(*bolt.Tx) error) error {
 // DeleteInformer removes an informer's bucket (objects, indexes and state).
 // Removing an absent informer is not an error.
 func (db *DB) DeleteInformer(name string) error {
+	if err := db.DeleteInformers(name); err != nil && !errors.Is(err, ErrNoInformer) {
+		return err
+	}
+	return nil
+}
+
+// DeleteInformers removes the named informers' buckets (objects, indexes,
+// state and envelope snapshot) in one transaction: after a crash at any
+// point the file holds all of them or none (bbolt commits a transaction
+// by one meta page write). A name the file does not hold is an error
+// wrapping ErrNoInformer, and nothing is removed.
+func (db *DB) DeleteInformers(names ...string) error {
 	err := db.update(func(tx *bolt.Tx) error {
-		inf := tx.Bucket(bucketInformers)
-		if inf == nil || inf.Bucket([]byte(name)) == nil {
-			return nil
+		root := tx.Bucket(bucketInformers)
+		for _, name := range names {
+			if root == nil || root.Bucket([]byte(name)) == nil {
+				return fmt.Errorf("%w: %q", ErrNoInformer, name)
+			}
 		}
-		return inf.DeleteBucket([]byte(name))
+		for _, name := range names {
+			if err := root.DeleteBucket([]byte(name)); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
+				return fmt.Errorf("informer %q: %w", name, err)
+			}
+		}
+		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("store: delete informer %q: %w", name, err)
+		return fmt.Errorf("store: delete informers %q: %w", names, err)
 	}
 	return nil
 }

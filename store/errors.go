@@ -31,6 +31,9 @@ var (
 	// ErrClosed means the DB (or committer) was used after Close.
 	ErrClosed = errors.New("store: cache file is closed")
 
+	// ErrNoInformer means the file holds no informer of that name.
+	ErrNoInformer = errors.New("store: no such informer in the cache file")
+
 	// ErrInvalidName means an informer or index name cannot be stored.
 	ErrInvalidName = errors.New("store: invalid informer or index name")
 )

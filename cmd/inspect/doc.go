@@ -2,6 +2,7 @@
 // kubectl looks into a cluster: what each informer had cached, single
 // objects, index buckets, consistency, bbolt statistics, exports and
 // compacted copies. It opens the file read-only (a shared lock, given up
-// after --timeout when the agent holds the file) and never writes to it;
-// only compact writes, to a new file. See README.md.
+// after --timeout when the agent holds the file) and never writes to it,
+// but for two verbs: compact writes a new file, and drop removes
+// informers from the file itself (with the agent stopped). See README.md.
 package main

@@ -48,7 +48,8 @@ func (a *app) newRootCommand() *cobra.Command {
 		Short: "Inspect a boltinformer cache file offline",
 		Long: `inspect looks into a boltinformer cache file without a cluster and without
 changing it: it opens the file read-only, with a shared lock that it gives up
-after --timeout if a running agent holds the file.`,
+after --timeout if a running agent holds the file. Only drop changes the
+file (and compact writes a new one).`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
@@ -67,6 +68,7 @@ after --timeout if a running agent holds the file.`,
 		a.newExportCommand(),
 		a.newStatsCommand(),
 		a.newCompactCommand(),
+		a.newDropCommand(),
 		a.newServeCommand(),
 		a.newDiffCommand(),
 	)
@@ -135,7 +137,7 @@ func openError(path string, timeout time.Duration, err error) error {
 	case errors.As(err, &verr) && verr.Found < verr.Supported:
 		return &exitError{code: exitFailure, err: err, msg: fmt.Sprintf(
 			"%s: format version %d, older than the version %d this inspect reads; "+
-				"the agent migrates it when it next opens the file (inspect never writes)", path, verr.Found, verr.Supported)}
+				"the agent migrates it when it next opens the file (inspect does not)", path, verr.Found, verr.Supported)}
 	case errors.As(err, &verr):
 		return &exitError{code: exitFailure, err: err, msg: fmt.Sprintf(
 			"%s: format version %d, this inspect reads version %d", path, verr.Found, verr.Supported)}

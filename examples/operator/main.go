@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"time"
 
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -29,17 +30,18 @@ func main() {
 	namespace := flag.String("namespace", "", "watch only this namespace (default: all)")
 	inMemory := flag.Bool("in-memory", false, "use controller-runtime's own in-memory cache (to compare)")
 	diskLoad := flag.Bool("sync-after-disk-load", false, "synced as soon as the file is loaded: no list at all at a warm start")
+	dropUnused := flag.Duration("drop-unused-after", 7*24*time.Hour, "at the stop, drop from the cache file the scopes this run did not watch (e.g. another -namespace) that went this long without a commit (0: keep them)")
 	metricsAddr := flag.String("metrics-bind-address", "0", "the metrics endpoint's address (0: off)")
 	probeAddr := flag.String("health-probe-bind-address", "0", "the health probes' address (0: off)")
 	flag.Parse()
 	ctrl.SetLogger(klog.NewKlogr())
-	if err := run(ctrl.SetupSignalHandler(), *cacheFile, *namespace, *inMemory, *diskLoad, *metricsAddr, *probeAddr); err != nil {
+	if err := run(ctrl.SetupSignalHandler(), *cacheFile, *namespace, *inMemory, *diskLoad, *dropUnused, *metricsAddr, *probeAddr); err != nil {
 		fmt.Fprintln(os.Stderr, "operator:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, cacheFile, namespace string, inMemory, diskLoad bool, metricsAddr, probeAddr string) error {
+func run(ctx context.Context, cacheFile, namespace string, inMemory, diskLoad bool, dropUnused time.Duration, metricsAddr, probeAddr string) error {
 	opts := ctrl.Options{
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress: probeAddr,
@@ -60,8 +62,10 @@ func run(ctx context.Context, cacheFile, namespace string, inMemory, diskLoad bo
 				fmt.Fprintln(os.Stderr, "operator: closing the cache file:", err)
 			}
 		}()
-		// The one option: controller-runtime's cache, persisted.
-		opts.NewCache = boltcr.NewCache(db, &boltcr.Options{SyncAfterDiskLoad: diskLoad})
+		// The one option: controller-runtime's cache, persisted. Scopes
+		// no longer watched (another -namespace) leave the file at the
+		// stop.
+		opts.NewCache = boltcr.NewCache(db, &boltcr.Options{SyncAfterDiskLoad: diskLoad, DropUnusedAfter: dropUnused})
 	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), opts)
 	if err != nil {
