@@ -292,9 +292,9 @@ type Informer struct {
 	listeners                       map[*processor.Listener]struct{}
 
 	// blockDeltas serializes event distribution with handler registration,
-	// so a late handler joins between two events; it guards observers.
+	// so a late handler joins between two events.
 	blockDeltas sync.Mutex
-	observers   []*observer // Observe
+	obs         observerSet // Observe (observe.go)
 }
 
 var _ cache.SharedIndexInformer = (*Informer)(nil)
@@ -450,6 +450,7 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		listeners:                       map[*processor.Listener]struct{}{},
 	}
 	inf.fr = inf.newTracker(&o)
+	idx.SetDurable(inf.durableMark, inf.durable)
 	if coldCopy != "" {
 		inf.damageCopy.Store(&coldCopy)
 	}

@@ -370,7 +370,7 @@ func (s *Informer) patchLocked(info cache.ReplacedAllInfo, p *partialAnswer, isI
 	if err != nil {
 		return err
 	}
-	if len(s.observers) > 0 {
+	if s.observing() {
 		// A relist, though only what changed was read: the observers get
 		// the whole content, as from a full one (the events in between
 		// are not known).

@@ -1,10 +1,13 @@
 package boltinformer_test
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -243,4 +246,81 @@ func TestRegressionPartialRelistObserved(t *testing.T) {
 		t.Fatalf("%d partial relists, want 1 (calls %v)", n, f.src.Calls().Log)
 	}
 	m.equals(t, r.inf, f.src.ResourceVersion())
+}
+
+// TestRegressionObserveOnlyDurable (issue 23, item 6): an observer (the
+// local API) got each change as the informer applied it, before the group
+// commit wrote it, so after a kill -9 the file resumed behind what its
+// clients had seen. An observer gets a change once it is on disk: here
+// commits wait an hour (CommitMaxDelay) until Flush, and a failing commit
+// (BeforeCommit) delivers nothing.
+func TestRegressionObserveOnlyDurable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cache.db")
+	src := newPodSource()
+	for i := range 10 {
+		src.Create(testobj.Pod(i, 2, 2, ""))
+	}
+	var failCommits atomic.Bool
+	db, err := boltinformer.Open(path, &boltinformer.Options{NoSync: true, Logger: &quietLogger, CommitMaxDelay: time.Hour, CommitMaxOps: 1 << 20,
+		BeforeCommit: func() error {
+			if failCommits.Load() {
+				return errors.New("test: commit fails")
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	inf, err := db.NewInformer("pods", src, &corev1.Pod{}, 0, nil, &boltinformer.InformerOptions{Resource: "pods"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, stop := inf.Observe(func(boltinformer.Change) {})
+	stop()
+	m := newObservedModel(st)
+	_, stopObserving := inf.Observe(m.apply)
+	defer stopObserving()
+	runInformer(t, inf)
+	waitFor(t, "sync", inf.HasSynced)
+	if err := inf.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	m.equals(t, inf, src.ResourceVersion())
+	saved := src.ResourceVersion()
+	for i := range 5 {
+		p := testobj.Pod(i, 2, 2, "")
+		p.Labels["changed"] = "yes"
+		src.Update(p)
+	}
+	waitFor(t, "the updates applied", func() bool { return inf.Indexer().ResourceVersion() == src.ResourceVersion() })
+	if got := m.currentRV(); got != saved {
+		t.Fatalf("the observer is at %s before the updates are committed, want %s (the file's)", got, saved)
+	}
+	failCommits.Store(true)
+	if err := inf.Flush(t.Context()); err == nil {
+		t.Fatal("Flush succeeded with a failing commit")
+	}
+	if got := m.currentRV(); got != saved {
+		t.Fatalf("the observer is at %s after a failed commit, want %s (the file's)", got, saved)
+	}
+	failCommits.Store(false)
+	if err := inf.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	m.equals(t, inf, src.ResourceVersion())
+	if got := inf.Indexer().SavedState().ResourceVersion; got != src.ResourceVersion() {
+		t.Fatalf("saved at %s, want %s", got, src.ResourceVersion())
+	}
+	// An observer added while changes are not on disk starts from the
+	// file's content.
+	p := testobj.Pod(7, 2, 2, "")
+	p.Labels["late"] = "yes"
+	src.Update(p)
+	waitFor(t, "the update applied", func() bool { return inf.Indexer().ResourceVersion() == src.ResourceVersion() })
+	st2, stop2 := inf.Observe(func(boltinformer.Change) {})
+	defer stop2()
+	if saved := inf.Indexer().SavedState().ResourceVersion; st2.ResourceVersion != saved {
+		t.Fatalf("observed from %s, want the file's %s", st2.ResourceVersion, saved)
+	}
 }

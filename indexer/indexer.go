@@ -155,6 +155,10 @@ type Indexer struct {
 
 	committer     *store.Committer
 	onUndecodable func(int)
+	// mark and durable are the durability notices (durable.go), guarded
+	// by mu.
+	mark    func() uint64
+	durable func(uint64)
 	transform     cache.TransformFunc
 	strict        bool               // Options.VerifyRecords: a damaged record fails Open
 	stop          context.CancelFunc // own committer, else nil

@@ -16,7 +16,11 @@ import (
 // the batch if it fails.
 type token struct {
 	// enc holds the batch's encoded records: released once committed.
-	enc    *encoding
+	enc *encoding
+	// mark is the durability mark of the batch (SetDurable): hasMark says
+	// one was taken.
+	mark    uint64
+	hasMark bool
 	listed bool
 	ops    map[string]*pendingOp
 	reset  bool
@@ -62,6 +66,9 @@ func (x *Indexer) Pending() (*store.Batch, error) {
 	x.inflight = ops
 	st := x.stateLocked()
 	tok := &token{ops: ops, reset: x.reset, drop: x.drop, listed: x.listed}
+	if x.mark != nil {
+		tok.mark, tok.hasMark = x.mark(), true
+	}
 	b := &store.Batch{Informer: x.name, Reset: x.reset, DropIndexes: x.drop, State: &st, Token: tok}
 	x.stateDirty, x.reset, x.drop, x.listed = false, false, nil, false
 	x.mu.Unlock()
@@ -277,12 +284,21 @@ func (x *Indexer) Committed(b *store.Batch, err error) {
 		tok.enc = nil
 	}
 	x.mu.Lock()
-	defer x.mu.Unlock()
+	var durable func(uint64)
+	defer func() {
+		x.mu.Unlock()
+		if durable != nil {
+			durable(tok.mark)
+		}
+	}()
 	x.commitErr = err
 	if tok == nil {
 		return
 	}
 	if err == nil {
+		if tok.hasMark {
+			durable = x.durable
+		}
 		x.saved = *b.State
 		if x.bounded {
 			for k, op := range tok.ops {

@@ -110,12 +110,16 @@ func startAgentWith(t testing.TB, path string, src *crashtest.Source, beforeRun 
 	return a
 }
 
-// caughtUp waits until the informer has applied the source's last event.
+// caughtUp waits until the informer has applied the source's last event,
+// and commits it: the local API serves what is on disk only.
 func (a *agent) caughtUp(t testing.TB) {
 	t.Helper()
 	waitFor(t, "the informer to catch up with "+a.src.ResourceVersion(), func() bool {
 		return a.pods.Indexer().ResourceVersion() == a.src.ResourceVersion()
 	})
+	if err := a.db.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // serve serves h on 127.0.0.1 until the test ends and returns a config
