@@ -21,10 +21,10 @@ type token struct {
 	// one was taken.
 	mark    uint64
 	hasMark bool
-	listed bool
-	ops    map[string]*pendingOp
-	reset  bool
-	drop   []string
+	listed  bool
+	ops     map[string]*pendingOp
+	reset   bool
+	drop    []string
 }
 
 // stateLocked is the state record the applied mutations bring the file to.
