@@ -33,6 +33,9 @@ lint:
 test-unit: strace
 	$(GO) test -count=1 ./...
 	cd controllerruntime && $(GO) test -count=1 ./...
+	# One delta and a batch take one path: the informer's tests again with
+	# client-go's batch processing off (it is on by default in v0.37).
+	KUBE_FEATURE_InOrderInformersBatchProcess=false $(GO) test -count=1 -run 'Fresh|Bookmark|Replay|Partial|Restored|Differential|Crash|Observe' . ./recovery/
 
 # The power-loss test (recovery TestPowerLoss) traces a child with strace.
 # BOLTINFORMER_POWERLOSS=1 (the heavy tier) installs it from Debian's

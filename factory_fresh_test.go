@@ -36,6 +36,14 @@ func (m *metadataRequests) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.next.ServeHTTP(w, r)
 }
 
+// has reports whether a metadata list with this limit was served since
+// the last take.
+func (m *metadataRequests) has(limit string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Contains(m.limits, limit)
+}
+
 func (m *metadataRequests) take() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -58,7 +66,7 @@ func TestFactoryFreshByBookmarkByDefault(t *testing.T) {
 	srv := httptest.NewServer(rec)
 	defer srv.Close()
 	path := filepath.Join(t.TempDir(), "cache.db")
-	start := func(wait time.Duration, listMax int) []string {
+	start := func(wait time.Duration, listMax int, wantList bool) []string {
 		t.Helper()
 		db, err := boltinformer.Open(path, &boltinformer.Options{Logger: &quietLogger, NoSync: true})
 		if err != nil {
@@ -89,16 +97,20 @@ func TestFactoryFreshByBookmarkByDefault(t *testing.T) {
 		if h := inf.Health(); !h.Fresh || h.FreshResourceVersion != src.ResourceVersion() {
 			t.Fatalf("health at sync: %+v (server at %s)", h, src.ResourceVersion())
 		}
+		if wantList {
+			// Made at once, beside the read that may tell first.
+			waitFor(t, "the list of every object's metadata", func() bool { return rec.has("") })
+		}
 		return rec.take()
 	}
-	start(0, 0) // cold: fills the file
-	if got := start(0, -1); len(got) == 0 || strings.Join(got, ",") != strings.Repeat("1,", len(got)-1)+"1" {
+	start(0, 0, false) // cold: fills the file
+	if got := start(0, -1, false); len(got) == 0 || strings.Join(got, ",") != strings.Repeat("1,", len(got)-1)+"1" {
 		t.Fatalf("warm start by a bookmark only: metadata lists with limits %q, want one-object reads only", got)
 	}
-	if got := start(0, 0); !slices.Contains(got, "") {
+	if got := start(0, 0, true); !slices.Contains(got, "") {
 		t.Fatalf("warm start by default, 20 objects: metadata lists with limits %q, want a list of every object (beside one-object reads until it tells)", got)
 	}
-	if got := start(-1, 0); len(got) != 1 || got[0] != "" {
+	if got := start(-1, 0, true); len(got) != 1 || got[0] != "" {
 		t.Fatalf("warm start with FreshBookmarkWait < 0: metadata lists with limits %q, want one list of every object", got)
 	}
 }
