@@ -137,6 +137,15 @@ func checkInformer(tx *Tx, inf string, add func(string, string, ...any), full fu
 	if st != nil && st.Objects != n {
 		add(inf, "state counts %d objects, bucket holds %d", st.Objects, n)
 	}
+	_ = tx.ForEachDelete(inf, func(key string, raw []byte, err error) error {
+		if err == nil {
+			_, err = ViewRecord(key, raw)
+		}
+		if err != nil {
+			add(inf, "kept delete %q: %v", key, err)
+		}
+		return nil
+	})
 	if st != nil {
 		for _, name := range st.Indexes {
 			if !tx.HasIndex(inf, name) && len(want[name]) > 0 {

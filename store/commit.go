@@ -22,6 +22,11 @@ type Op struct {
 	// Record.Indexed), keeping its payload: an index backfill. It is a no-op
 	// for an absent key.
 	IndexOnly bool
+	// Tombstone, with a delete (Record nil), is the encoded Record envelope
+	// of the object's last state at the delete's resourceVersion: it is
+	// kept in the informer's deletes bucket under the object's bucket key
+	// (format version 5), for the checkpoints behind it.
+	Tombstone []byte
 	// Err, set by a source that could not encode the op (see
 	// Batch.Encoding), fails the op's batch: Commit returns a *BatchError
 	// and writes nothing. A source must never leave an object out of a
@@ -50,7 +55,15 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // Batch is the mutations of one informer that go into one transaction,
 // together with the state record they bring the informer to.
 type Batch struct {
+	// Informer names the informer the batch changes; "" for a batch of
+	// Checkpoints only.
 	Informer string
+	// Checkpoints, in a batch whose Informer is "", are written to the
+	// checkpoints bucket by name; a nil value deletes one.
+	Checkpoints map[string][]byte
+	// PruneDeletes, when set, is called with the resourceVersion of each
+	// kept delete of the informer: those it returns true for are removed.
+	PruneDeletes func(rv string) bool
 	// Reset drops all objects and index buckets of the informer before Ops
 	// are applied (a cold start replacing old data).
 	Reset bool
@@ -88,6 +101,9 @@ type Encoding interface {
 // when it returns nil, or none is.
 func (db *DB) Commit(batches ...*Batch) error {
 	for _, b := range batches {
+		if b.Informer == "" && b.Checkpoints != nil {
+			continue
+		}
 		if err := validName(b.Informer); err != nil {
 			return err
 		}
@@ -195,10 +211,13 @@ func (ib *informerBuckets) indexBucket(name string) (*bolt.Bucket, error) {
 }
 
 func applyBatch(tx *bolt.Tx, b *Batch, now time.Time) error {
+	if b.Informer == "" {
+		return applyCheckpoints(tx, b.Checkpoints)
+	}
 	if b.Reset {
 		all := tx.Bucket(bucketInformers)
 		if root := all.Bucket([]byte(b.Informer)); root != nil {
-			for _, name := range [][]byte{bucketObjects, bucketIndexes} {
+			for _, name := range [][]byte{bucketObjects, bucketIndexes, bucketDeletes} {
 				if root.Bucket(name) != nil {
 					if err := root.DeleteBucket(name); err != nil {
 						return err
@@ -237,6 +256,16 @@ func applyBatch(tx *bolt.Tx, b *Batch, now time.Time) error {
 			return fmt.Errorf("key %q: %w", b.Ops[i].Key, err)
 		}
 		delta += d
+		if op.Record == nil && op.Tombstone != nil && !op.IndexOnly {
+			if err := ib.keepDelete(op); err != nil {
+				return fmt.Errorf("key %q: %w", op.Key, err)
+			}
+		}
+	}
+	if b.PruneDeletes != nil {
+		if err := ib.pruneDeletes(b.PruneDeletes); err != nil {
+			return err
+		}
 	}
 	var old *State
 	if v := ib.root.Get(keyState); v != nil {
@@ -500,4 +529,64 @@ func contains(vals []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// keepDelete keeps the last state of a deleted object (Op.Tombstone) in
+// the informer's deletes bucket.
+func (ib *informerBuckets) keepDelete(op *Op) error {
+	d, err := ib.root.CreateBucketIfNotExists(bucketDeletes)
+	if err != nil {
+		return err
+	}
+	return d.Put(bucketKey(op.Key), op.Tombstone)
+}
+
+// pruneDeletes removes the kept deletes whose resourceVersion drop
+// returns true for (a damaged one too: it could not be delivered).
+func (ib *informerBuckets) pruneDeletes(drop func(rv string) bool) error {
+	d := ib.root.Bucket(bucketDeletes)
+	if d == nil {
+		return nil
+	}
+	var gone [][]byte
+	c := d.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		key, err := recordKey(k, v)
+		if err != nil {
+			gone = append(gone, append([]byte(nil), k...))
+			continue
+		}
+		r, err := ViewRecord(key, v)
+		if err != nil || drop(r.ResourceVersion) {
+			gone = append(gone, append([]byte(nil), k...))
+		}
+	}
+	for _, k := range gone {
+		if err := d.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyCheckpoints writes checkpoints by name (a nil value deletes one).
+func applyCheckpoints(tx *bolt.Tx, cps map[string][]byte) error {
+	b, err := tx.CreateBucketIfNotExists(bucketCheckpoints)
+	if err != nil {
+		return err
+	}
+	for name, raw := range cps {
+		if err := validName(name); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+		if raw == nil {
+			err = b.Delete([]byte(name))
+		} else {
+			err = b.Put([]byte(name), raw)
+		}
+		if err != nil {
+			return fmt.Errorf("checkpoint %q: %w", name, err)
+		}
+	}
+	return nil
 }

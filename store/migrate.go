@@ -43,6 +43,7 @@ var migrations = map[uint32]func(*bolt.Tx) error{
 	1: migrate1to2,
 	2: func(*bolt.Tx) error { return nil }, // version 3 only adds the optional snapshot
 	3: migrate3to4,
+	4: func(*bolt.Tx) error { return nil }, // version 5 only adds the optional deletes and checkpoints
 }
 
 // readableAsIs is the oldest format version a read-only Open reads without

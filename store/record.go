@@ -244,6 +244,10 @@ type State struct {
 	LastCommit time.Time `msgpack:"lastcommit,omitempty"`
 	// LastSync is when the informer last completed a list or resume.
 	LastSync time.Time `msgpack:"lastsync,omitempty"`
+	// DeletesFrom is the resourceVersion from which every delete of the
+	// informer is kept in its deletes bucket (format version 5), "" when
+	// none are: a checkpoint behind it cannot be served from them.
+	DeletesFrom string `msgpack:"deletesfrom,omitempty"`
 }
 
 // EncodeState encodes s.

@@ -20,8 +20,11 @@ import (
 // writer must delete when it changes the informer; version 4 stores every
 // key and index value (escaped ones under a hash, the real one in the
 // record), adds the envelope's Key and Type fields, the self-describing
-// protobuf codec and the state's types.
-const FormatVersion uint32 = 4
+// protobuf codec and the state's types; version 5 adds the deletes kept for
+// checkpoints ("deletes" in an informer's bucket) and the checkpoints
+// ("checkpoints" at the root), which a version 4 writer would not keep in
+// step.
+const FormatVersion uint32 = 5
 
 // The bucket layout (since format version 3; versions 1 and 2 had no
 // snapshot):
@@ -29,12 +32,17 @@ const FormatVersion uint32 = 4
 //	(root)
 //	├── "meta"                          bucket
 //	│   └── "header"   -> meta record (24 bytes, below)
+//	├── "checkpoints"                   bucket (version 5, optional)
+//	│   └── <checkpoint name> -> Checkpoint record (msgpack map)
 //	└── "informers"                     bucket
 //	    └── <informer name>             bucket, one per informer
 //	        ├── "state"   -> State record (msgpack map)
 //	        ├── "snapshot" -> envelope snapshot (version 3, optional)
 //	        ├── "objects"                bucket
 //	        │   └── <bucket key>  -> Record envelope (msgpack array)
+//	        ├── "deletes"                bucket (version 5, optional)
+//	        │   └── <bucket key>  -> Record envelope of the object's last
+//	        │                        state, at the delete's resourceVersion
 //	        └── "indexes"                bucket
 //	            └── <index name>         bucket, one per index
 //	                └── <entry value> 0x00 <bucket key> -> (empty)
@@ -57,6 +65,11 @@ var (
 	bucketInformers = []byte("informers")
 	bucketObjects   = []byte("objects")
 	bucketIndexes   = []byte("indexes")
+	// bucketDeletes holds, per informer, the last state of each object
+	// deleted since the oldest checkpoint's position (version 5).
+	bucketDeletes = []byte("deletes")
+	// bucketCheckpoints holds the checkpoints by name (version 5).
+	bucketCheckpoints = []byte("checkpoints")
 
 	keyHeader = []byte("header")
 	keyState  = []byte("state")

@@ -322,3 +322,32 @@ func (t *Tx) IndexValues(informer, index string) (map[string]int, error) {
 	})
 	return out, err
 }
+
+// ForEachDelete calls fn with the key and encoded Record envelope (valid
+// during the transaction) of each delete the informer keeps (format
+// version 5): an object's last state at its delete's resourceVersion. A
+// damaged entry is passed with the error of its key.
+func (t *Tx) ForEachDelete(informer string, fn func(key string, raw []byte, err error) error) error {
+	d := t.sub(informer, bucketDeletes)
+	if d == nil {
+		return nil
+	}
+	return d.ForEach(func(k, v []byte) error {
+		key, err := recordKey(k, v)
+		return fn(key, v, err)
+	})
+}
+
+// Checkpoints returns the encoded checkpoints by name (copies).
+func (t *Tx) Checkpoints() map[string][]byte {
+	b := t.tx.Bucket(bucketCheckpoints)
+	if b == nil {
+		return nil
+	}
+	out := map[string][]byte{}
+	_ = b.ForEach(func(k, v []byte) error {
+		out[string(k)] = append([]byte(nil), v...)
+		return nil
+	})
+	return out
+}
