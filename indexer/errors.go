@@ -37,6 +37,10 @@ var (
 	// held (Hold): what it applied is in memory only, and the file stays
 	// at its saved state, on purpose.
 	ErrHeld = errors.New("indexer: commits held")
+	// ErrNotKept means the deletes asked for are not all kept in the file
+	// (they are kept from a later resourceVersion, or not at all):
+	// Deletes cannot say what was deleted.
+	ErrNotKept = errors.New("indexer: deletes not kept that far back")
 )
 
 // clientGoError is an error whose text is client-go's indexer's, word for

@@ -170,8 +170,14 @@ type Indexer struct {
 
 	// mu guards the fields below. Lock order: store.Committer's commitMu
 	// before mu (the committer calls Pending and Committed).
-	mu    sync.RWMutex
-	items map[string]*item
+	mu sync.RWMutex
+	// Kept deletes (deletes.go): keepDeletes keeps each delete's last
+	// state; deletesFrom is the resourceVersion from which they all are;
+	// prune asks the next commit to remove those at or before it, pruned
+	// is the last pruned.
+	keepDeletes                bool
+	deletesFrom, prune, pruned string
+	items                      map[string]*item
 	// objs holds the decoded objects by key in Full mode (nil in Bounded):
 	// a map of its own, like client-go's items, so that a Get is one map
 	// lookup and not a second, cache-missing pointer chase to an item.
@@ -475,11 +481,15 @@ func (x *Indexer) queueLocked(key string, op pendingOp) {
 	x.pending[key] = &op
 }
 
-func (x *Indexer) deleteLocked(key string) {
+// deleteLocked deletes key. final is the delete's last state (nil for a
+// list that no longer has the key, whose resourceVersion is rv): kept when
+// the indexer keeps deletes.
+func (x *Indexer) deleteLocked(key string, final any, rv string) {
 	it := x.items[key]
 	if it == nil {
 		return
 	}
+	tomb := x.tombstoneLocked(key, final, rv)
 	delete(x.unpersisted, key)
 	x.idx.update(key, it.vals, nil)
 	x.forgetLazyLocked(key)
@@ -489,7 +499,7 @@ func (x *Indexer) deleteLocked(key string) {
 	if x.bounded {
 		x.lru.Remove(key)
 	}
-	x.queueLocked(key, pendingOp{kind: opDelete})
+	x.queueLocked(key, pendingOp{kind: opDelete, obj: tomb})
 }
 
 func (x *Indexer) setRVFromLocked(obj any) {
@@ -539,7 +549,7 @@ func (x *Indexer) Delete(obj any) error {
 		return cache.KeyError{Obj: obj, Err: err}
 	}
 	x.mu.Lock()
-	x.deleteLocked(key)
+	x.deleteLocked(key, obj, "")
 	x.setRVFromLocked(obj)
 	x.mu.Unlock()
 	x.committer.Notify(1)
@@ -585,7 +595,7 @@ func (x *Indexer) Transaction(txns ...cache.Transaction) *cache.TransactionError
 				}
 			}
 		case cache.TransactionTypeDelete:
-			x.deleteLocked(k.key)
+			x.deleteLocked(k.key, k.txn.Object, "")
 		}
 		ok = append(ok, k.i)
 	}
@@ -654,8 +664,12 @@ func (x *Indexer) Replace(list []any, resourceVersion string) error {
 	}
 	for key := range x.items {
 		if _, ok := seen[key]; !ok {
-			x.deleteLocked(key)
+			x.deleteLocked(key, nil, resourceVersion)
 		}
+	}
+	if x.keepDeletes && x.deletesFrom == "" {
+		// A cold start's first list: the deletes are kept from it.
+		x.deletesFrom = resourceVersion
 	}
 	x.rv = resourceVersion
 	x.synced = true

@@ -218,6 +218,8 @@ func (x *Indexer) load(useSnapshot bool) error {
 	x.saved = *st
 	x.rv = st.ResourceVersion
 	x.synced = st.Synced
+	// A file that keeps deletes goes on keeping them.
+	x.deletesFrom, x.keepDeletes = st.DeletesFrom, st.DeletesFrom != ""
 	have := map[string]bool{}
 	for _, n := range st.Indexes {
 		have[n] = true

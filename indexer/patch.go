@@ -37,7 +37,7 @@ func (x *Indexer) Patch(upserts []any, deletes []string, resourceVersion string)
 		}
 	}
 	for _, key := range deletes {
-		x.deleteLocked(key)
+		x.deleteLocked(key, nil, resourceVersion)
 	}
 	x.rv = resourceVersion
 	x.synced = true

@@ -21,10 +21,12 @@ type token struct {
 	// one was taken.
 	mark    uint64
 	hasMark bool
-	listed  bool
-	ops     map[string]*pendingOp
-	reset   bool
-	drop    []string
+	// prune is the batch's PruneDeletes resourceVersion ("" none).
+	prune  string
+	listed bool
+	ops    map[string]*pendingOp
+	reset  bool
+	drop   []string
 }
 
 // stateLocked is the state record the applied mutations bring the file to.
@@ -39,6 +41,7 @@ func (x *Indexer) stateLocked() store.State {
 	}
 	s.Created = x.saved.Created
 	s.LastSync = x.saved.LastSync
+	s.DeletesFrom = x.deletesFrom
 	if x.listed {
 		s.LastSync = time.Time{} // a list completed: the store stamps the commit time
 	}
@@ -70,6 +73,10 @@ func (x *Indexer) Pending() (*store.Batch, error) {
 		tok.mark, tok.hasMark = x.mark(), true
 	}
 	b := &store.Batch{Informer: x.name, Reset: x.reset, DropIndexes: x.drop, State: &st, Token: tok}
+	if x.prune != "" {
+		b.PruneDeletes, tok.prune = pruneFunc(x.prune), x.prune
+		x.prune = ""
+	}
 	x.stateDirty, x.reset, x.drop, x.listed = false, false, nil, false
 	x.mu.Unlock()
 
@@ -207,6 +214,16 @@ func encodeOp(enc *codec.Encoder, k string, op *pendingOp, o *store.Op, r *store
 			return err
 		}
 		o.Record, o.Raw = r, raw
+	case opDelete:
+		if op.obj != nil {
+			// The kept delete (deletes.go): its last state, without
+			// index values.
+			raw, err := enc.Encode(k, op.obj, r)
+			if err != nil {
+				return err
+			}
+			o.Tombstone = raw
+		}
 	}
 	return nil
 }
@@ -299,6 +316,9 @@ func (x *Indexer) Committed(b *store.Batch, err error) {
 		if tok.hasMark {
 			durable = x.durable
 		}
+		if tok.prune != "" {
+			x.pruned = tok.prune
+		}
 		x.saved = *b.State
 		if x.bounded {
 			for k, op := range tok.ops {
@@ -338,6 +358,9 @@ func (x *Indexer) Committed(b *store.Batch, err error) {
 	}
 	x.inflight = nil
 	x.stateDirty = true
+	if tok.prune != "" && x.prune == "" {
+		x.prune = tok.prune
+	}
 	x.reset = x.reset || tok.reset
 	x.listed = x.listed || tok.listed
 	x.drop = append(x.drop, tok.drop...)
