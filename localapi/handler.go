@@ -96,6 +96,18 @@ type Handler struct {
 	served map[string]*served // by informer name
 	byGVR  map[schema.GroupVersionResource]*served
 	closed bool
+
+	// testHookSelecting, when set, is called before each object a LIST or
+	// a watch's initial events match against the request's selectors
+	// (tests: it holds a selection in progress).
+	testHookSelecting func()
+}
+
+// selecting calls testHookSelecting, when set.
+func (h *Handler) selecting() {
+	if h.testHookSelecting != nil {
+		h.testHookSelecting()
+	}
 }
 
 var _ http.Handler = (*Handler)(nil)

@@ -223,38 +223,62 @@ func (h *Handler) selectPage(ctx context.Context, v *view, namespace string, opt
 	if name, ok := sel.singleName(); ok && (namespace != "" || !sel.namespaced) {
 		exact = objectKey(namespace, name) // one key to look at
 	}
+	// Under the lock: the position and a snapshot of it, in steps bounded
+	// by the window. The selection runs after, without it.
 	v.mu.RLock()
-	defer v.mu.RUnlock()
 	seq := v.next
 	rv := v.rv
 	if atRV != "" && atRV != v.rv {
 		s, err := v.positionLocked(atRV)
 		if err != nil {
+			startRV, current := v.startRV, v.rv
+			v.mu.RUnlock()
 			if opts.Continue != "" {
 				// Too old to continue consistently: say so, with a token
 				// that continues (inconsistently) from the current state.
 				e := apierrors.NewResourceExpired("the continue token is older than the local API's window of events; start a new list, or continue from the current state with the token in this Status (objects changed since the first page may then be missed or repeated)")
-				e.ErrStatus.ListMeta.Continue = encodeContinue(v.rv, start)
+				e.ErrStatus.ListMeta.Continue = encodeContinue(current, start)
 				return nil, e
 			}
 			if err == errTooNew {
-				return nil, tooLarge(atRV, v.rv)
+				return nil, tooLarge(atRV, current)
 			}
-			return nil, expired(atRV, v.startRV)
+			return nil, expired(atRV, startRV)
 		}
 		seq, rv = s, atRV
 	}
-	p := &page{meta: metav1.ListMeta{ResourceVersion: rv}}
-	limit := int(opts.Limit)
-	var lastKey string
-	more := false
+	now := seq == v.next
+	var one *item
+	var snap *snapshot
 	if exact != "" {
-		if it := v.getLocked(seq, exact); it != nil && exact > start && sel.matches(it.obj) {
-			p.items = append(p.items, it)
+		one = v.getLocked(seq, exact)
+	} else {
+		snap = v.snapshotLocked(seq)
+	}
+	v.mu.RUnlock()
+
+	p := &page{meta: metav1.ListMeta{ResourceVersion: rv}}
+	if exact != "" {
+		if one != nil && exact > start {
+			h.selecting()
+			if sel.matches(one.obj) {
+				p.items = append(p.items, one)
+			}
 		}
 		return p, nil
 	}
-	v.walkLocked(seq, start, prefix, func(key string, it *item) bool {
+	limit := int(opts.Limit)
+	var lastKey string
+	more := false
+	var err error
+	n := 0
+	snap.walk(start, prefix, func(key string, it *item) bool {
+		if n++; n%cancelCheckEvery == 0 {
+			if err = ctx.Err(); err != nil {
+				return false
+			}
+		}
+		h.selecting()
 		if !sel.matches(it.obj) {
 			return true
 		}
@@ -266,15 +290,22 @@ func (h *Handler) selectPage(ctx context.Context, v *view, namespace string, opt
 		lastKey = key
 		return true
 	})
+	if err != nil {
+		return nil, apierrors.NewTimeoutError(fmt.Sprintf("the list was not completed: %v", err), 0)
+	}
 	if more {
 		p.meta.Continue = encodeContinue(rv, lastKey)
-		if sel.everything && seq == v.next {
-			n := int64(v.countAfterLocked(lastKey, prefix))
+		if sel.everything && now {
+			n := int64(snap.countAfter(lastKey, prefix))
 			p.meta.RemainingItemCount = &n
 		}
 	}
 	return p, nil
 }
+
+// cancelCheckEvery is how many objects a selection matches between two
+// looks at its request's context (a client gone: it stops).
+const cancelCheckEvery = 256
 
 // serveList answers a LIST.
 func (h *Handler) serveList(w http.ResponseWriter, r *http.Request, sv *served, namespace string, opts *listOptions, sel *selector, out output) {

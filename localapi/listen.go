@@ -208,7 +208,12 @@ func (h *Handler) Serve(ctx context.Context, l net.Listener) error {
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRequests()
 	srv := &http.Server{
-		Handler:           h,
+		Handler: h,
+		// kube-apiserver's bound on a request's line and headers (its
+		// secure serving sets 1 MiB): the only bound it puts on a
+		// selector's size. A selection's cost never holds up the informer
+		// (see view), and stops when its client goes away.
+		MaxHeaderBytes:    1 << 20,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return reqCtx },

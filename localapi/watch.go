@@ -71,15 +71,13 @@ func (h *Handler) serveWatch(w http.ResponseWriter, r *http.Request, sv *served,
 	var objs []runtime.Object
 	var cursor uint64
 	var rv string
+	var snap *snapshot
 	if startErr == nil {
+		// Under the lock: the position and, for the initial events, a
+		// snapshot of it; they are selected after, without it.
 		v.mu.RLock()
 		if initial {
-			v.walkLocked(v.next, "", s.prefix, func(_ string, it *item) bool {
-				if sel.matches(it.obj) {
-					objs = append(objs, it.obj)
-				}
-				return true
-			})
+			snap = v.snapshotLocked(v.next)
 			cursor, rv = v.next, v.rv
 		} else {
 			cursor, startErr = v.positionLocked(opts.ResourceVersion)
@@ -91,6 +89,22 @@ func (h *Handler) serveWatch(w http.ResponseWriter, r *http.Request, sv *served,
 			}
 		}
 		v.mu.RUnlock()
+	}
+	if snap != nil {
+		n := 0
+		snap.walk("", s.prefix, func(_ string, it *item) bool {
+			if n++; n%cancelCheckEvery == 0 && ctx.Err() != nil {
+				return false // the client is gone, or the watch timed out
+			}
+			h.selecting()
+			if sel.matches(it.obj) {
+				objs = append(objs, it.obj)
+			}
+			return true
+		})
+		if ctx.Err() != nil {
+			return // no partial initial events: the stream just ends
+		}
 	}
 
 	ct := out.format.mediaType()
