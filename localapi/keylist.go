@@ -170,4 +170,3 @@ func insertAt[T any](s []T, i int, v T) []T {
 	s[i] = v
 	return s
 }
-

@@ -55,7 +55,7 @@ type view struct {
 	objs map[string]*item // the current version of each object
 	// list holds the current items in key order, copied on write: a
 	// snapshot of it costs O(1) and never changes.
-	list keyList
+	list   keyList
 	rv     string
 	synced bool
 	// ring holds the events with sequence numbers first..next-1 at
