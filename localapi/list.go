@@ -40,7 +40,7 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if sv.refused != "" {
-		h.writeError(w, apierrors.NewForbidden(gr, req.name, errString(sv.refused)))
+		h.writeError(w, sv.forbidden(req.name, sv.refused))
 		return
 	}
 	// A namespace in the path of a cluster-wide resource, or a name
@@ -79,8 +79,12 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.mu.RLock()
-	synced := v.synced
+	synced, secrets := v.synced, v.secrets
 	v.mu.RUnlock()
+	if secrets != "" {
+		h.writeError(w, sv.forbidden(req.name, secrets))
+		return
+	}
 	if !synced {
 		h.writeError(w, notSynced(gr))
 		return
@@ -101,6 +105,11 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request) {
 	default:
 		h.serveList(w, r, sv, req.namespace, opts, sel, out)
 	}
+}
+
+// forbidden is the 403 of a request of the resource refused for why.
+func (sv *served) forbidden(name, why string) error {
+	return apierrors.NewForbidden(sv.res.GroupVersionResource.GroupResource(), name, errString(why))
 }
 
 type errString string
@@ -156,8 +165,12 @@ func (h *Handler) serveGet(w http.ResponseWriter, r *http.Request, sv *served, r
 		return
 	}
 	v.mu.RLock()
-	it := v.objs[objectKey(req.namespace, req.name)]
+	it, secrets := v.objs[objectKey(req.namespace, req.name)], v.secrets
 	v.mu.RUnlock()
+	if secrets != "" {
+		h.writeError(w, sv.forbidden(req.name, secrets))
+		return
+	}
 	if it == nil {
 		h.writeError(w, notFound(gr, req.name))
 		return
@@ -199,7 +212,8 @@ func (p *page) objects() []runtime.Object {
 // resourceVersion of a continue token or of an Exact match), in key order,
 // filtered, at most limit objects (0: all), with the continue token and
 // remaining count of a truncated page.
-func (h *Handler) selectPage(ctx context.Context, v *view, namespace string, opts *listOptions, sel *selector) (*page, error) {
+func (h *Handler) selectPage(ctx context.Context, sv *served, namespace string, opts *listOptions, sel *selector) (*page, error) {
+	v := sv.view
 	var start, atRV string
 	switch {
 	case opts.Continue != "":
@@ -226,6 +240,10 @@ func (h *Handler) selectPage(ctx context.Context, v *view, namespace string, opt
 	// Under the lock: the position and a snapshot of it, in steps bounded
 	// by the window. The selection runs after, without it.
 	v.mu.RLock()
+	if v.secrets != "" {
+		v.mu.RUnlock()
+		return nil, sv.forbidden("", v.secrets)
+	}
 	seq := v.next
 	rv := v.rv
 	if atRV != "" && atRV != v.rv {
@@ -309,7 +327,7 @@ const cancelCheckEvery = 256
 
 // serveList answers a LIST.
 func (h *Handler) serveList(w http.ResponseWriter, r *http.Request, sv *served, namespace string, opts *listOptions, sel *selector, out output) {
-	p, err := h.selectPage(r.Context(), sv.view, namespace, opts, sel)
+	p, err := h.selectPage(r.Context(), sv, namespace, opts, sel)
 	if err != nil {
 		h.writeError(w, err)
 		return

@@ -72,6 +72,31 @@ type view struct {
 	// budget bounds the list encodings the current items keep (shared by
 	// the handler's views; nil: none kept). Set at creation.
 	budget *encBudget
+	// refuseSecrets: a core Secret among the objects refuses the whole
+	// resource (Options.Secrets is off). Set at creation.
+	refuseSecrets bool
+	// secrets is why the resource is refused since a Secret arrived, or
+	// "". Once set, it stays.
+	secrets string
+}
+
+// checkSecretLocked refuses the resource from now on when obj is a core
+// Secret and Secrets are not served. Caller holds mu for writing.
+func (v *view) checkSecretLocked(obj runtime.Object) {
+	if v.refuseSecrets && v.secrets == "" && isSecret(obj) {
+		v.secrets = "a core Secret arrived in it: " + secretsRefused
+	}
+}
+
+// refused says why requests of the view's resource are refused (a Secret
+// arrived), or "". A nil view is never refused.
+func (v *view) refused() string {
+	if v == nil {
+		return ""
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.secrets
 }
 
 // newView returns an empty view whose window holds capacity events and
@@ -107,6 +132,7 @@ func (v *view) resetLocked(objs []any, rv string) {
 		if err != nil {
 			continue
 		}
+		v.checkSecretLocked(ro)
 		if old, dup := v.objs[key]; !dup {
 			keys = append(keys, key)
 		} else {
@@ -124,9 +150,9 @@ func (v *view) resetLocked(objs []any, rv string) {
 	v.startRV = rv
 }
 
-// apply is the informer's observer: it records c. It never blocks on a
-// reader for longer than a reader holds mu (a selection, never a write to
-// a client).
+// apply is the informer's observer: it records c. It never waits for a
+// reader for longer than a step bounded by the window (readers select
+// over snapshots, outside mu, and never write to a client under it).
 func (v *view) apply(c boltinformer.Change) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -135,6 +161,7 @@ func (v *view) apply(c boltinformer.Change) {
 	}
 	switch c.Type {
 	case boltinformer.ChangeUpsert:
+		v.checkSecretLocked(c.Object)
 		prev := v.objs[c.Key]
 		if prev != nil && prev.obj == c.Object {
 			return // a resync
@@ -151,6 +178,7 @@ func (v *view) apply(c boltinformer.Change) {
 		v.setLocked(c.Key, it)
 		v.addLocked(&event{typ: typ, key: c.Key, obj: it, prev: prev, rv: c.ResourceVersion})
 	case boltinformer.ChangeDelete:
+		v.checkSecretLocked(c.Object)
 		prev, ok := v.objs[c.Key]
 		if !ok {
 			if c.ResourceVersion != "" {

@@ -76,7 +76,9 @@ func (h *Handler) serveWatch(w http.ResponseWriter, r *http.Request, sv *served,
 		// Under the lock: the position and, for the initial events, a
 		// snapshot of it; they are selected after, without it.
 		v.mu.RLock()
-		if initial {
+		if v.secrets != "" {
+			startErr = sv.forbidden("", v.secrets)
+		} else if initial {
 			snap = v.snapshotLocked(v.next)
 			cursor, rv = v.next, v.rv
 		} else {
@@ -144,7 +146,7 @@ func (s *watchStream) stream(ctx context.Context, cursor uint64) {
 	batch := make([]*event, 0, watchBatch)
 	for {
 		v.mu.RLock()
-		closed := v.closed
+		closed, secrets := v.closed, v.secrets
 		tooOld := cursor < v.first
 		oldest := v.startRV
 		batch = v.eventsLocked(batch[:0], cursor, watchBatch)
@@ -152,6 +154,10 @@ func (s *watchStream) stream(ctx context.Context, cursor uint64) {
 		v.mu.RUnlock()
 		switch {
 		case closed:
+			return
+		case secrets != "":
+			// A Secret arrived: the watch ends before any of its events.
+			_ = s.sendError(s.sv.forbidden("", secrets))
 			return
 		case tooOld:
 			_ = s.sendError(expired(s.sentRV, oldest))
