@@ -36,19 +36,18 @@ func untrusted(path, format string, args ...any) error {
 // *UntrustedError, wrapping ErrUntrusted). Where the platform has no
 // owners and modes, only the file's type is checked.
 func OpenTrusted(path string, secret bool) (*os.File, error) {
-	if err := CheckDir(filepath.Dir(path)); err != nil {
-		return nil, err
-	}
 	f, err := openNoFollow(path)
 	if err != nil {
 		return nil, err
 	}
 	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
+	if err == nil {
+		err = trustedFile(path, st, secret)
 	}
-	if err := trustedFile(path, st, secret); err != nil {
+	if err == nil {
+		err = CheckDir(filepath.Dir(path))
+	}
+	if err != nil {
 		f.Close()
 		return nil, err
 	}
