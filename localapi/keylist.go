@@ -145,10 +145,11 @@ func (l *keyList) remove(key string) {
 		return
 	}
 	c := l.writable(ci)
-	c.keys = append(c.keys[:i], c.keys[i+1:]...)
+	last := len(c.keys) - 1
+	copy(c.keys[i:], c.keys[i+1:])
 	copy(c.items[i:], c.items[i+1:])
-	c.items[len(c.items)-1] = nil
-	c.items = c.items[:len(c.items)-1]
+	c.keys[last], c.items[last] = "", nil // nothing kept past the length
+	c.keys, c.items = c.keys[:last], c.items[:last]
 	switch {
 	case len(c.keys) == 0:
 		l.chunks = append(l.chunks[:ci], l.chunks[ci+1:]...)

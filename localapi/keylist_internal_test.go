@@ -5,7 +5,11 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strconv"
+	"sync"
 	"testing"
+
+	"github.com/boltinformer/boltinformer"
 )
 
 // TestKeyListAgainstModel applies random inserts, updates and removes to a
@@ -105,4 +109,86 @@ func TestKeyListAgainstModel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSnapshotsUnderConcurrentChanges: readers take snapshots under the
+// view's read lock and walk them outside it while the informer applies
+// inserts, updates and deletes (chunks split and merge); each walk is
+// exactly the state at the resourceVersion taken with its snapshot
+// (run with -race: no snapshot is written after it is taken).
+func TestSnapshotsUnderConcurrentChanges(t *testing.T) {
+	v := newView(64, nil)
+	v.initLocked(boltinformer.ObservedState{ResourceVersion: "1", Synced: true})
+	const keys = 3000
+	type version struct {
+		rv      int
+		present bool
+	}
+	var histMu sync.Mutex
+	hist := make([][]version, keys) // per key, in rv order
+	key := func(i int) string { return fmt.Sprintf("ns-%d/p-%05d", i%5, i) }
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				v.mu.RLock()
+				snap, rv := v.snapshotLocked(v.next), v.rv
+				v.mu.RUnlock()
+				at, _ := strconv.Atoi(rv)
+				got := map[string]int{}
+				prev := ""
+				snap.walk("", "", func(k string, it *item) bool {
+					if k <= prev {
+						t.Errorf("keys out of order: %q after %q", k, prev)
+					}
+					prev = k
+					got[k], _ = strconv.Atoi(rvOf(it.obj))
+					return true
+				})
+				histMu.Lock()
+				for i := range keys {
+					want := 0
+					for _, h := range hist[i] {
+						if h.rv > at {
+							break
+						}
+						want = 0
+						if h.present {
+							want = h.rv
+						}
+					}
+					if got[key(i)] != want {
+						t.Errorf("at rv %d, %s is at %d, want %d", at, key(i), got[key(i)], want)
+						histMu.Unlock()
+						return
+					}
+				}
+				histMu.Unlock()
+			}
+		}()
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for rv := 2; rv < 6000; rv++ {
+		i := r.IntN(keys)
+		k := key(i)
+		present := r.IntN(4) != 0
+		histMu.Lock()
+		hist[i] = append(hist[i], version{rv: rv, present: present})
+		histMu.Unlock()
+		if present {
+			v.apply(boltinformer.Change{Type: boltinformer.ChangeUpsert, Key: k, Object: testPod(k, rv), ResourceVersion: strconv.Itoa(rv)})
+		} else {
+			v.apply(boltinformer.Change{Type: boltinformer.ChangeDelete, Key: k, Object: testPod(k, rv), ResourceVersion: strconv.Itoa(rv)})
+		}
+	}
+	close(done)
+	wg.Wait()
 }
