@@ -2,7 +2,6 @@ package boltinformer
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/boltinformer/boltinformer/internal/encryptionconfig"
 )
@@ -28,8 +27,15 @@ import (
 // wildcards (*.*, *.apps: name the resources), a resource named twice,
 // two keys of one name with different secrets, unknown fields, and other
 // kinds. Its errors never contain a secret.
+//
+// It reads the file only when it may be trusted with keys, as ssh trusts
+// a private key (StrictModes): a regular file, not a symbolic link, of
+// this process's user or root, of mode 0600 or 0400, in directories no
+// other user owns or may write (sticky ones above its own excepted, as
+// /tmp); otherwise the error names the path and the reason. In a
+// Kubernetes Secret volume, give DIR/..data/NAME (the file, not the link).
 func ReadEncryptionConfiguration(path string) (map[string]*Keyring, error) {
-	data, err := os.ReadFile(path)
+	data, err := encryptionconfig.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("boltinformer: encryption configuration: %w", err)
 	}

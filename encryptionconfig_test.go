@@ -105,3 +105,20 @@ func TestParseEncryptionConfigurationErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestRegressionReadEncryptionConfigurationTrusted (issue 23, finding 8):
+// ReadEncryptionConfiguration refuses a key file that others may read,
+// naming it and why; it read it whatever its mode.
+func TestRegressionReadEncryptionConfigurationTrusted(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "encryption.yaml")
+	if err := os.WriteFile(path, []byte(encryptionConfig("secrets")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := boltinformer.ReadEncryptionConfiguration(path)
+	if err == nil || !strings.Contains(err.Error(), path+": mode 0644: group or others may read it") {
+		t.Fatalf("a key file of mode 0644: %v", err)
+	}
+}

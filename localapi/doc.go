@@ -18,7 +18,11 @@
 // beyond the socket's mode or the one bearer token, no conversion between
 // versions, and it serves only what the agent caches (an informer limited
 // to one node's Pods serves those Pods). Secrets are served only when
-// Options.Secrets says so.
+// Options.Secrets says so; they are told by what the objects are, not by
+// the informer's name. A request never holds the informer up: selections
+// run over snapshots, outside the lock the informer's updates take. The
+// token, TLS files and socket directory are trusted as ssh trusts its
+// files (the user's or root's, written by no one else).
 //
 // Two sources: New serves a live DB's informers (the window fills as
 // their events arrive); NewStatic serves objects read from a closed file

@@ -8,8 +8,10 @@ var (
 	ErrUnsafePath = errors.New("localapi: unsafe socket path")
 	// ErrInUse means another process serves on the socket path.
 	ErrInUse = errors.New("localapi: socket in use")
-	// ErrToken means the bearer token file is missing, empty, or readable
-	// by others.
+	// ErrToken means the bearer token file (or the TLS key or
+	// certificate) is missing, empty, or not to be trusted: another
+	// user's, readable or writable by others, or in a directory another
+	// user owns or may write (see LoadOrCreateToken).
 	ErrToken = errors.New("localapi: bad token file")
 	// ErrNoResource means a resource could not be described (no kind or
 	// resource name could be derived for an informer).

@@ -30,8 +30,12 @@ type Options struct {
 	// Resources override what is derived for the informers they name (a
 	// CRD informer's scope, a resource name, Skip).
 	Resources []Resource
-	// Secrets serves core/v1 Secrets. Off by default: a Secrets informer
-	// is then answered with 403 Forbidden and left out of discovery.
+	// Secrets serves core/v1 Secrets. Off by default: a resource of
+	// Secrets is then answered with 403 Forbidden and left out of
+	// discovery. Secrets are told by what the objects are (*v1.Secret, or
+	// apiVersion v1 and kind Secret), whatever the informer or its
+	// Resource is named; a resource that gets a Secret later is refused
+	// from then on (its open watches end with 403).
 	Secrets bool
 	// WindowEvents bounds each resource's window of recent events, from
 	// which watches resume (default DefaultWindowEvents). Each event holds
@@ -96,6 +100,18 @@ type Handler struct {
 	served map[string]*served // by informer name
 	byGVR  map[schema.GroupVersionResource]*served
 	closed bool
+
+	// testHookSelecting, when set, is called before each object a LIST or
+	// a watch's initial events match against the request's selectors
+	// (tests: it holds a selection in progress).
+	testHookSelecting func()
+}
+
+// selecting calls testHookSelecting, when set.
+func (h *Handler) selecting() {
+	if h.testHookSelecting != nil {
+		h.testHookSelecting()
+	}
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -152,7 +168,7 @@ func NewStatic(snaps []Snapshot, opts *Options) (*Handler, error) {
 		}
 		sv := &served{res: r, refused: s.Refused}
 		if sv.refused == "" {
-			sv.refused = h.refusal(&r)
+			sv.refused = h.refusal(&r, nil, s.Objects)
 		}
 		if sv.refused == "" {
 			sv.view = newView(h.opts.WindowEvents, h.budget)
@@ -230,10 +246,19 @@ func (h *Handler) override(name string) Resource {
 	return Resource{Informer: name}
 }
 
-// refusal says why a resource is not served, or "".
-func (h *Handler) refusal(r *Resource) string {
-	if r.Group == "" && r.Resource == "secrets" && !h.opts.Secrets {
-		return "secrets are not served by this local API (localapi.Options.Secrets, inspect serve --secrets)"
+// refusal says why a resource is not served, or "": Secrets without
+// Options.Secrets, by the resource's description and by what its objects
+// are (an example of the informer's type, the objects it holds), never by
+// its name alone.
+func (h *Handler) refusal(r *Resource, example runtime.Object, objs []runtime.Object) string {
+	if h.opts.Secrets {
+		return ""
+	}
+	if secretResource(r) {
+		return secretsRefused
+	}
+	if why := holdsSecrets(example, objs); why != "" {
+		return fmt.Sprintf("informer %q: %s: %s", r.Informer, why, secretsRefused)
 	}
 	return ""
 }
@@ -299,7 +324,7 @@ func (h *Handler) attachLocked(inf *boltinformer.Informer) {
 	}
 	desc, err := describe(r, inf.Resource(), inf.ObjectType(), nil)
 	if err == nil {
-		if why := h.refusal(&desc); why != "" {
+		if why := h.refusal(&desc, inf.ObjectType(), nil); why != "" {
 			sv := &served{res: desc, refused: why}
 			h.addLocked(sv, nil)
 			return
@@ -308,6 +333,7 @@ func (h *Handler) attachLocked(inf *boltinformer.Informer) {
 	// The observer may be called as soon as Observe has registered it:
 	// hold the view until it holds the state Observe returns.
 	v := newView(h.opts.WindowEvents, h.budget)
+	v.refuseSecrets = !h.opts.Secrets
 	v.mu.Lock()
 	st, stop := inf.Observe(v.apply)
 	v.initLocked(st)
@@ -325,7 +351,7 @@ func (h *Handler) attachLocked(inf *boltinformer.Informer) {
 		h.served[inf.Name()] = &served{res: r, refused: err.Error()}
 		return
 	}
-	if why := h.refusal(&desc); why != "" {
+	if why := h.refusal(&desc, inf.ObjectType(), objs); why != "" {
 		stop()
 		h.addLocked(&served{res: desc, refused: why}, nil)
 		return
@@ -387,7 +413,7 @@ func (h *Handler) resources() []*served {
 	defer h.mu.Unlock()
 	out := make([]*served, 0, len(h.byGVR))
 	for _, sv := range h.byGVR {
-		if sv.refused == "" {
+		if sv.refused == "" && sv.view.refused() == "" {
 			out = append(out, sv)
 		}
 	}
@@ -401,6 +427,25 @@ func (h *Handler) resources() []*served {
 		}
 		return a.Resource < b.Resource
 	})
+	return out
+}
+
+// Refused returns the informers the handler does not serve, by name, with
+// the reason their requests get (403): Secrets without Options.Secrets
+// (also those that arrived since), a Snapshot's Refused, an informer that
+// cannot be described, one skipped by Options.Resources.
+func (h *Handler) Refused() map[string]string {
+	h.refresh()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]string{}
+	for name, sv := range h.served {
+		if sv.refused != "" {
+			out[name] = sv.refused
+		} else if why := sv.view.refused(); why != "" {
+			out[name] = why
+		}
+	}
 	return out
 }
 

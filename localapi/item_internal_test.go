@@ -17,10 +17,11 @@ import (
 func currentItems(v *view) []*item {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	out := make([]*item, 0, len(v.keys))
-	for _, k := range v.keys {
-		out = append(out, v.objs[k])
-	}
+	var out []*item
+	v.snapshotLocked(v.next).walk("", "", func(_ string, it *item) bool {
+		out = append(out, it)
+		return true
+	})
 	return out
 }
 

@@ -40,7 +40,7 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if sv.refused != "" {
-		h.writeError(w, apierrors.NewForbidden(gr, req.name, errString(sv.refused)))
+		h.writeError(w, sv.forbidden(req.name, sv.refused))
 		return
 	}
 	// A namespace in the path of a cluster-wide resource, or a name
@@ -79,8 +79,12 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.mu.RLock()
-	synced := v.synced
+	synced, secrets := v.synced, v.secrets
 	v.mu.RUnlock()
+	if secrets != "" {
+		h.writeError(w, sv.forbidden(req.name, secrets))
+		return
+	}
 	if !synced {
 		h.writeError(w, notSynced(gr))
 		return
@@ -101,6 +105,11 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request) {
 	default:
 		h.serveList(w, r, sv, req.namespace, opts, sel, out)
 	}
+}
+
+// forbidden is the 403 of a request of the resource refused for why.
+func (sv *served) forbidden(name, why string) error {
+	return apierrors.NewForbidden(sv.res.GroupVersionResource.GroupResource(), name, errString(why))
 }
 
 type errString string
@@ -156,8 +165,12 @@ func (h *Handler) serveGet(w http.ResponseWriter, r *http.Request, sv *served, r
 		return
 	}
 	v.mu.RLock()
-	it := v.objs[objectKey(req.namespace, req.name)]
+	it, secrets := v.objs[objectKey(req.namespace, req.name)], v.secrets
 	v.mu.RUnlock()
+	if secrets != "" {
+		h.writeError(w, sv.forbidden(req.name, secrets))
+		return
+	}
 	if it == nil {
 		h.writeError(w, notFound(gr, req.name))
 		return
@@ -199,7 +212,8 @@ func (p *page) objects() []runtime.Object {
 // resourceVersion of a continue token or of an Exact match), in key order,
 // filtered, at most limit objects (0: all), with the continue token and
 // remaining count of a truncated page.
-func (h *Handler) selectPage(ctx context.Context, v *view, namespace string, opts *listOptions, sel *selector) (*page, error) {
+func (h *Handler) selectPage(ctx context.Context, sv *served, namespace string, opts *listOptions, sel *selector) (*page, error) {
+	v := sv.view
 	var start, atRV string
 	switch {
 	case opts.Continue != "":
@@ -223,38 +237,66 @@ func (h *Handler) selectPage(ctx context.Context, v *view, namespace string, opt
 	if name, ok := sel.singleName(); ok && (namespace != "" || !sel.namespaced) {
 		exact = objectKey(namespace, name) // one key to look at
 	}
+	// Under the lock: the position and a snapshot of it, in steps bounded
+	// by the window. The selection runs after, without it.
 	v.mu.RLock()
-	defer v.mu.RUnlock()
+	if v.secrets != "" {
+		v.mu.RUnlock()
+		return nil, sv.forbidden("", v.secrets)
+	}
 	seq := v.next
 	rv := v.rv
 	if atRV != "" && atRV != v.rv {
 		s, err := v.positionLocked(atRV)
 		if err != nil {
+			startRV, current := v.startRV, v.rv
+			v.mu.RUnlock()
 			if opts.Continue != "" {
 				// Too old to continue consistently: say so, with a token
 				// that continues (inconsistently) from the current state.
 				e := apierrors.NewResourceExpired("the continue token is older than the local API's window of events; start a new list, or continue from the current state with the token in this Status (objects changed since the first page may then be missed or repeated)")
-				e.ErrStatus.ListMeta.Continue = encodeContinue(v.rv, start)
+				e.ErrStatus.ListMeta.Continue = encodeContinue(current, start)
 				return nil, e
 			}
 			if err == errTooNew {
-				return nil, tooLarge(atRV, v.rv)
+				return nil, tooLarge(atRV, current)
 			}
-			return nil, expired(atRV, v.startRV)
+			return nil, expired(atRV, startRV)
 		}
 		seq, rv = s, atRV
 	}
-	p := &page{meta: metav1.ListMeta{ResourceVersion: rv}}
-	limit := int(opts.Limit)
-	var lastKey string
-	more := false
+	now := seq == v.next
+	var one *item
+	var snap *snapshot
 	if exact != "" {
-		if it := v.getLocked(seq, exact); it != nil && exact > start && sel.matches(it.obj) {
-			p.items = append(p.items, it)
+		one = v.getLocked(seq, exact)
+	} else {
+		snap = v.snapshotLocked(seq)
+	}
+	v.mu.RUnlock()
+
+	p := &page{meta: metav1.ListMeta{ResourceVersion: rv}}
+	if exact != "" {
+		if one != nil && exact > start {
+			h.selecting()
+			if sel.matches(one.obj) {
+				p.items = append(p.items, one)
+			}
 		}
 		return p, nil
 	}
-	v.walkLocked(seq, start, prefix, func(key string, it *item) bool {
+	limit := int(opts.Limit)
+	var lastKey string
+	more := false
+	var err error
+	n := 0
+	snap.walk(start, prefix, func(key string, it *item) bool {
+		if n++; n%cancelCheckEvery == 0 {
+			if err = ctx.Err(); err != nil {
+				return false
+			}
+		}
+		h.selecting()
 		if !sel.matches(it.obj) {
 			return true
 		}
@@ -266,19 +308,26 @@ func (h *Handler) selectPage(ctx context.Context, v *view, namespace string, opt
 		lastKey = key
 		return true
 	})
+	if err != nil {
+		return nil, apierrors.NewTimeoutError(fmt.Sprintf("the list was not completed: %v", err), 0)
+	}
 	if more {
 		p.meta.Continue = encodeContinue(rv, lastKey)
-		if sel.everything && seq == v.next {
-			n := int64(v.countAfterLocked(lastKey, prefix))
+		if sel.everything && now {
+			n := int64(snap.countAfter(lastKey, prefix))
 			p.meta.RemainingItemCount = &n
 		}
 	}
 	return p, nil
 }
 
+// cancelCheckEvery is how many objects a selection matches between two
+// looks at its request's context (a client gone: it stops).
+const cancelCheckEvery = 256
+
 // serveList answers a LIST.
 func (h *Handler) serveList(w http.ResponseWriter, r *http.Request, sv *served, namespace string, opts *listOptions, sel *selector, out output) {
-	p, err := h.selectPage(r.Context(), sv.view, namespace, opts, sel)
+	p, err := h.selectPage(r.Context(), sv, namespace, opts, sel)
 	if err != nil {
 		h.writeError(w, err)
 		return

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/boltinformer/boltinformer/internal/safefile"
 )
 
 // ListenUnix listens on a Unix socket at path with mode 0600 (only the
@@ -24,10 +26,17 @@ import (
 // looser mode. An existing socket nobody serves on (left by a killed
 // agent) is replaced; one in use is ErrInUse; anything else at path (a
 // symlink, a file, a directory) is ErrUnsafePath, untouched. Closing the
-// listener leaves the socket file (see unixListener). Put it in a
-// directory only the agent may write to.
+// listener leaves the socket file (see unixListener). The directory must
+// be one only the agent's user (or root) may write to, and those above it
+// too (but sticky ones, as /tmp): else ErrUnsafePath (see
+// LoadOrCreateToken).
 func ListenUnix(path string) (net.Listener, error) {
 	path = filepath.Clean(path)
+	// Whoever may write the directory may replace the socket, and answer
+	// the clients.
+	if err := safefile.CheckDir(filepath.Dir(path)); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnsafePath, err)
+	}
 	if err := checkSocketPath(path); err != nil {
 		return nil, err
 	}
@@ -150,18 +159,26 @@ func ListenLocal(addr string, cert *Cert) (net.Listener, error) {
 }
 
 // LoadOrCreateToken returns the bearer token in path, creating the file
-// (mode 0600, 256 random bits) when it does not exist. A token file that a
-// group or others may read or write, a symlink, or an empty one is
-// ErrToken.
+// (mode 0600, 256 random bits) when it does not exist. The token and its
+// directory are checked as ssh checks its key files (StrictModes): a
+// token that is a symbolic link or not a regular file, that another user
+// owns (not this process's user, nor root), or that group or others may
+// read or write; a directory that another user owns or that group or
+// others may write (they could replace the token with one they know), or
+// such a directory above it (but a sticky one, as /tmp); or an empty
+// token is ErrToken, with the path and the reason.
 func LoadOrCreateToken(path string) (string, error) {
-	st, err := os.Lstat(path)
+	if err := safefile.CheckDir(filepath.Dir(path)); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrToken, err)
+	}
+	_, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		b := make([]byte, 32)
 		if _, err := rand.Read(b); err != nil {
 			return "", fmt.Errorf("localapi: token: %w", err)
 		}
 		tok := base64.RawURLEncoding.EncodeToString(b)
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		f, err := safefile.CreateExcl(path, 0o600)
 		if err != nil {
 			return "", fmt.Errorf("localapi: token: %w", err)
 		}
@@ -176,13 +193,10 @@ func LoadOrCreateToken(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("localapi: token: %w", err)
 	}
-	if !st.Mode().IsRegular() {
-		return "", fmt.Errorf("%w: %s is a %s", ErrToken, path, describeMode(st.Mode()))
+	b, err := safefile.ReadTrusted(path, true)
+	if errors.Is(err, safefile.ErrUntrusted) {
+		return "", fmt.Errorf("%w: %w", ErrToken, err)
 	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return "", fmt.Errorf("%w: %s has mode %o: others may read it (chmod 600)", ErrToken, path, st.Mode().Perm())
-	}
-	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("localapi: token: %w", err)
 	}
@@ -208,7 +222,12 @@ func (h *Handler) Serve(ctx context.Context, l net.Listener) error {
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRequests()
 	srv := &http.Server{
-		Handler:           h,
+		Handler: h,
+		// kube-apiserver's bound on a request's line and headers (its
+		// secure serving sets 1 MiB): the only bound it puts on a
+		// selector's size. A selection's cost never holds up the informer
+		// (see view), and stops when its client goes away.
+		MaxHeaderBytes:    1 << 20,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return reqCtx },

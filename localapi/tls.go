@@ -36,9 +36,16 @@ const certLifetime = 10 * 365 * 24 * time.Hour
 // LoadOrCreateCert returns the certificate in certFile and keyFile,
 // creating both (the key with mode 0600) when either is missing, the
 // certificate has expired, or a pair this package generated does not
-// match (a crash between the two renames that write it). A key file that
-// others may read, or another pair that does not match, are ErrToken.
+// match (a crash between the two renames that write it). A key or
+// certificate file, or a directory of theirs, that LoadOrCreateToken would
+// refuse (the certificate may be readable by all), or another pair that
+// does not match, are ErrToken.
 func LoadOrCreateCert(certFile, keyFile string) (*Cert, error) {
+	for _, dir := range []string{filepath.Dir(keyFile), filepath.Dir(certFile)} {
+		if err := safefile.CheckDir(dir); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrToken, err)
+		}
+	}
 	c, err := loadCert(certFile, keyFile)
 	if err == nil {
 		return c, nil
@@ -95,18 +102,17 @@ var errTornPair = errors.New("localapi: generated certificate and key do not mat
 const certCommonName = "boltinformer local API"
 
 func loadCert(certFile, keyFile string) (*Cert, error) {
-	st, err := os.Lstat(keyFile)
+	keyPEM, err := safefile.ReadTrusted(keyFile, true)
+	if errors.Is(err, safefile.ErrUntrusted) {
+		return nil, fmt.Errorf("%w: %w", ErrToken, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("localapi: certificate: %w", err)
 	}
-	if !st.Mode().IsRegular() || st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("%w: %s must be a regular file of mode 0600 (is %s, %o)", ErrToken, keyFile, describeMode(st.Mode()), st.Mode().Perm())
+	certPEM, err := safefile.ReadTrusted(certFile, false)
+	if errors.Is(err, safefile.ErrUntrusted) {
+		return nil, fmt.Errorf("%w: %w", ErrToken, err)
 	}
-	certPEM, err := os.ReadFile(certFile)
-	if err != nil {
-		return nil, fmt.Errorf("localapi: certificate: %w", err)
-	}
-	keyPEM, err := os.ReadFile(keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("localapi: certificate: %w", err)
 	}

@@ -2,7 +2,6 @@ package localapi
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -46,10 +45,17 @@ type view struct {
 
 	// mu guards everything below. Lock order: the informer's lock (apply
 	// runs under it) before mu; mu is never held while writing to a client.
-	mu     sync.RWMutex
-	objs   map[string]*item // the current version of each object
-	keys   []string         // sorted
-	items  []*item          // items[i] is objs[keys[i]]
+	//
+	// Requests hold mu only for steps bounded by the window's capacity,
+	// never for a selection: apply waits for the lock, and Go's RWMutex
+	// queues every new reader behind a waiting writer. A LIST or a
+	// watch's initial events take a snapshot (keys and items, shared
+	// until the next change) and select outside the lock.
+	mu   sync.RWMutex
+	objs map[string]*item // the current version of each object
+	// list holds the current items in key order, copied on write: a
+	// snapshot of it costs O(1) and never changes.
+	list   keyList
 	rv     string
 	synced bool
 	// ring holds the events with sequence numbers first..next-1 at
@@ -66,6 +72,31 @@ type view struct {
 	// budget bounds the list encodings the current items keep (shared by
 	// the handler's views; nil: none kept). Set at creation.
 	budget *encBudget
+	// refuseSecrets: a core Secret among the objects refuses the whole
+	// resource (Options.Secrets is off). Set at creation.
+	refuseSecrets bool
+	// secrets is why the resource is refused since a Secret arrived, or
+	// "". Once set, it stays.
+	secrets string
+}
+
+// checkSecretLocked refuses the resource from now on when obj is a core
+// Secret and Secrets are not served. Caller holds mu for writing.
+func (v *view) checkSecretLocked(obj runtime.Object) {
+	if v.refuseSecrets && v.secrets == "" && isSecret(obj) {
+		v.secrets = "a core Secret arrived in it: " + secretsRefused
+	}
+}
+
+// refused says why requests of the view's resource are refused (a Secret
+// arrived), or "". A nil view is never refused.
+func (v *view) refused() string {
+	if v == nil {
+		return ""
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.secrets
 }
 
 // newView returns an empty view whose window holds capacity events and
@@ -91,7 +122,7 @@ func (v *view) resetLocked(objs []any, rv string) {
 		it.retire(v.budget)
 	}
 	v.objs = make(map[string]*item, len(objs))
-	v.keys = make([]string, 0, len(objs))
+	keys := make([]string, 0, len(objs))
 	for _, o := range objs {
 		ro, ok := o.(runtime.Object)
 		if !ok {
@@ -101,25 +132,27 @@ func (v *view) resetLocked(objs []any, rv string) {
 		if err != nil {
 			continue
 		}
+		v.checkSecretLocked(ro)
 		if old, dup := v.objs[key]; !dup {
-			v.keys = append(v.keys, key)
+			keys = append(keys, key)
 		} else {
 			old.retire(v.budget)
 		}
 		v.objs[key] = &item{obj: ro}
 	}
-	sort.Strings(v.keys)
-	v.items = make([]*item, len(v.keys))
-	for i, k := range v.keys {
-		v.items[i] = v.objs[k]
+	sort.Strings(keys)
+	items := make([]*item, len(keys))
+	for i, k := range keys {
+		items[i] = v.objs[k]
 	}
+	v.list.reset(keys, items)
 	v.rv = rv
 	v.startRV = rv
 }
 
-// apply is the informer's observer: it records c. It never blocks on a
-// reader for longer than a reader holds mu (a selection, never a write to
-// a client).
+// apply is the informer's observer: it records c. It never waits for a
+// reader for longer than a step bounded by the window (readers select
+// over snapshots, outside mu, and never write to a client under it).
 func (v *view) apply(c boltinformer.Change) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -128,6 +161,7 @@ func (v *view) apply(c boltinformer.Change) {
 	}
 	switch c.Type {
 	case boltinformer.ChangeUpsert:
+		v.checkSecretLocked(c.Object)
 		prev := v.objs[c.Key]
 		if prev != nil && prev.obj == c.Object {
 			return // a resync
@@ -144,6 +178,7 @@ func (v *view) apply(c boltinformer.Change) {
 		v.setLocked(c.Key, it)
 		v.addLocked(&event{typ: typ, key: c.Key, obj: it, prev: prev, rv: c.ResourceVersion})
 	case boltinformer.ChangeDelete:
+		v.checkSecretLocked(c.Object)
 		prev, ok := v.objs[c.Key]
 		if !ok {
 			if c.ResourceVersion != "" {
@@ -198,27 +233,17 @@ func (v *view) notifyLocked() {
 	v.changed = make(chan struct{})
 }
 
-// setLocked makes it the current item of key, in objs, keys and items.
-// Caller holds mu.
+// setLocked makes it the current item of key, in objs and list. Caller
+// holds mu.
 func (v *view) setLocked(key string, it *item) {
-	i := sort.SearchStrings(v.keys, key)
-	if i < len(v.keys) && v.keys[i] == key {
-		v.items[i] = it
-	} else {
-		v.keys = slices.Insert(v.keys, i, key)
-		v.items = slices.Insert(v.items, i, it)
-	}
+	v.list.set(key, it)
 	v.objs[key] = it
 }
 
 // removeLocked removes key's item. Caller holds mu.
 func (v *view) removeLocked(key string) {
 	delete(v.objs, key)
-	i := sort.SearchStrings(v.keys, key)
-	if i < len(v.keys) && v.keys[i] == key {
-		v.keys = slices.Delete(v.keys, i, i+1)
-		v.items = slices.Delete(v.items, i, i+1)
-	}
+	v.list.remove(key)
 }
 
 // close ends every watch of the view and stops recording changes.
@@ -298,54 +323,79 @@ func (v *view) pastLocked(seq uint64) map[string]*item {
 	return past
 }
 
-// walkLocked calls fn, in key order, for each object after the key start
-// (all when start is "") and with the key prefix (all when ""), as of the
-// position seq (v.next: now), until fn returns false. Caller holds mu.
-func (v *view) walkLocked(seq uint64, start, prefix string, fn func(key string, it *item) bool) {
+// snapshot is the view's objects at one position, read without the
+// view's lock: the chunks of the current state (never changed after), and,
+// for a past position, the objects that differed then.
+type snapshot struct {
+	chunks []*chunk
+	// past maps each key changed since the position to its item then
+	// (nil: it did not exist); nil for the current position.
+	past map[string]*item
+	// touched are past's keys, sorted.
+	touched []string
+}
+
+// snapshotLocked returns the objects as of the position seq (v.next: now;
+// otherwise within the window). It costs at most the window's events,
+// never the number of objects. Caller holds mu.
+func (v *view) snapshotLocked(seq uint64) *snapshot {
+	s := &snapshot{chunks: v.list.snapshot()}
+	if seq < v.next {
+		s.past = v.pastLocked(seq)
+		s.touched = make([]string, 0, len(s.past))
+		for k := range s.past {
+			s.touched = append(s.touched, k)
+		}
+		sort.Strings(s.touched)
+	}
+	return s
+}
+
+// walk calls fn, in key order, for each object after the key start (all
+// when start is "") and with the key prefix (all when ""), until fn
+// returns false.
+func (s *snapshot) walk(start, prefix string, fn func(key string, it *item) bool) {
 	from := start
 	if prefix > from {
 		from = prefix
 	}
-	i := sort.SearchStrings(v.keys, from)
-	if i < len(v.keys) && v.keys[i] == start {
+	ci, i := seek(s.chunks, from)
+	if ci < len(s.chunks) && s.chunks[ci].keys[i] == start {
 		i++
 	}
-	var past map[string]*item
-	var touched []string
-	if seq < v.next {
-		past = v.pastLocked(seq)
-		for k := range past {
-			if k > start && k >= prefix {
-				touched = append(touched, k)
-			}
-		}
-		sort.Strings(touched)
+	j := sort.SearchStrings(s.touched, from)
+	if j < len(s.touched) && s.touched[j] == start {
+		j++
 	}
-	j := 0
-	for i < len(v.keys) || j < len(touched) {
+	for {
+		if ci < len(s.chunks) && i == len(s.chunks[ci].keys) {
+			ci, i = ci+1, 0
+			continue
+		}
+		more := ci < len(s.chunks)
+		if !more && j >= len(s.touched) {
+			return
+		}
 		var key string
 		var cur *item // the key's current item, if any
 		switch {
-		case j >= len(touched) || (i < len(v.keys) && v.keys[i] < touched[j]):
-			key, cur = v.keys[i], v.items[i]
+		case j >= len(s.touched) || (more && s.chunks[ci].keys[i] < s.touched[j]):
+			key, cur = s.chunks[ci].keys[i], s.chunks[ci].items[i]
 			i++
-		case i >= len(v.keys) || touched[j] < v.keys[i]:
-			key = touched[j]
+		case !more || s.touched[j] < s.chunks[ci].keys[i]:
+			key = s.touched[j]
 			j++
 		default: // the same key in both
-			key, cur = v.keys[i], v.items[i]
+			key, cur = s.chunks[ci].keys[i], s.chunks[ci].items[i]
 			i++
 			j++
 		}
 		if prefix != "" && !hasPrefix(key, prefix) {
-			if key > prefix {
-				// Keys are sorted: past the prefix's range, unless a
-				// touched key still is in it (it cannot be: sorted too).
-				return
-			}
-			continue
+			// Both lists are sorted and start at the prefix: past its
+			// range.
+			return
 		}
-		it, ok := past[key]
+		it, ok := s.past[key]
 		if !ok {
 			it = cur
 		}
@@ -380,22 +430,22 @@ func (v *view) getLocked(seq uint64, key string) *item {
 	return v.objs[key]
 }
 
-// countAfterLocked counts the current keys after key that have the
-// prefix. Caller holds mu.
-func (v *view) countAfterLocked(key, prefix string) int {
-	i := sort.SearchStrings(v.keys, max(key, prefix))
-	if i < len(v.keys) && v.keys[i] == key {
+// countAfter counts the keys after key that have the prefix, in a
+// snapshot of the current position.
+func (s *snapshot) countAfter(key, prefix string) int {
+	ci, i := seek(s.chunks, max(key, prefix))
+	if ci < len(s.chunks) && s.chunks[ci].keys[i] == key {
 		i++
 	}
-	end := len(v.keys)
+	cj, j := len(s.chunks), 0
 	if prefix != "" {
 		// The first key past every key with the prefix: the prefix with
 		// its last byte incremented ("ns/" -> "ns0").
 		next := []byte(prefix)
 		next[len(next)-1]++
-		end = sort.SearchStrings(v.keys, string(next))
+		cj, j = seek(s.chunks, string(next))
 	}
-	return max(0, end-i)
+	return between(s.chunks, ci, i, cj, j)
 }
 
 // checkRV refuses a resourceVersion that is not a well-formed one while

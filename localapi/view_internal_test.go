@@ -102,7 +102,8 @@ func checkViewModel(t *testing.T, seed uint64) {
 					}
 					sort.Strings(want)
 					var gotObjs []string
-					v.walkLocked(seq, start, prefix, func(key string, it *item) bool {
+					snap := v.snapshotLocked(seq)
+					snap.walk(start, prefix, func(key string, it *item) bool {
 						gotObjs = append(gotObjs, key+"@"+rvOf(it.obj))
 						return true
 					})
@@ -110,7 +111,7 @@ func checkViewModel(t *testing.T, seed uint64) {
 						t.Fatalf("step %d, state %d (rv %s), prefix %q after %q:\n got %v\nwant %v", step, i, st.rv, prefix, start, gotObjs, want)
 					}
 					if i == len(states)-1 && start != "" {
-						if n := v.countAfterLocked(start, prefix); n != len(want) {
+						if n := snap.countAfter(start, prefix); n != len(want) {
 							t.Fatalf("step %d: countAfter(%q, %q) = %d, want %d", step, start, prefix, n, len(want))
 						}
 					}

@@ -71,15 +71,15 @@ func (h *Handler) serveWatch(w http.ResponseWriter, r *http.Request, sv *served,
 	var objs []runtime.Object
 	var cursor uint64
 	var rv string
+	var snap *snapshot
 	if startErr == nil {
+		// Under the lock: the position and, for the initial events, a
+		// snapshot of it; they are selected after, without it.
 		v.mu.RLock()
-		if initial {
-			v.walkLocked(v.next, "", s.prefix, func(_ string, it *item) bool {
-				if sel.matches(it.obj) {
-					objs = append(objs, it.obj)
-				}
-				return true
-			})
+		if v.secrets != "" {
+			startErr = sv.forbidden("", v.secrets)
+		} else if initial {
+			snap = v.snapshotLocked(v.next)
 			cursor, rv = v.next, v.rv
 		} else {
 			cursor, startErr = v.positionLocked(opts.ResourceVersion)
@@ -91,6 +91,22 @@ func (h *Handler) serveWatch(w http.ResponseWriter, r *http.Request, sv *served,
 			}
 		}
 		v.mu.RUnlock()
+	}
+	if snap != nil {
+		n := 0
+		snap.walk("", s.prefix, func(_ string, it *item) bool {
+			if n++; n%cancelCheckEvery == 0 && ctx.Err() != nil {
+				return false // the client is gone, or the watch timed out
+			}
+			h.selecting()
+			if sel.matches(it.obj) {
+				objs = append(objs, it.obj)
+			}
+			return true
+		})
+		if ctx.Err() != nil {
+			return // no partial initial events: the stream just ends
+		}
 	}
 
 	ct := out.format.mediaType()
@@ -130,7 +146,7 @@ func (s *watchStream) stream(ctx context.Context, cursor uint64) {
 	batch := make([]*event, 0, watchBatch)
 	for {
 		v.mu.RLock()
-		closed := v.closed
+		closed, secrets := v.closed, v.secrets
 		tooOld := cursor < v.first
 		oldest := v.startRV
 		batch = v.eventsLocked(batch[:0], cursor, watchBatch)
@@ -138,6 +154,10 @@ func (s *watchStream) stream(ctx context.Context, cursor uint64) {
 		v.mu.RUnlock()
 		switch {
 		case closed:
+			return
+		case secrets != "":
+			// A Secret arrived: the watch ends before any of its events.
+			_ = s.sendError(s.sv.forbidden("", secrets))
 			return
 		case tooOld:
 			_ = s.sendError(expired(s.sentRV, oldest))

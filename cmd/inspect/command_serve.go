@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/boltinformer/boltinformer/internal/encryptionconfig"
+	"github.com/boltinformer/boltinformer/internal/safefile"
 	"github.com/boltinformer/boltinformer/localapi"
 	"github.com/boltinformer/boltinformer/store"
 )
@@ -69,7 +70,7 @@ list. It runs until interrupted.`,
 	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:0", `loopback address to serve on with TLS ("" for none)`)
 	cmd.Flags().StringVar(&o.socket, "socket", "", "also serve on a Unix socket (mode 0600) at this path")
 	cmd.Flags().StringVar(&o.kubeconfig, "kubeconfig", "", "write the clients' kubeconfig here (default: STATE-DIR/kubeconfig)")
-	cmd.Flags().StringVar(&o.stateDir, "state-dir", "", "directory (0700) of the token, the TLS certificate and key (default: a new temporary one, removed at exit)")
+	cmd.Flags().StringVar(&o.stateDir, "state-dir", "", "directory (0700) of the token, the TLS certificate and key (default: a new temporary one, removed at exit); an existing one must be yours (or root's) and writable by no one else")
 	cmd.Flags().BoolVar(&o.secrets, "secrets", false, "serve Secrets (not served by default)")
 	return cmd
 }
@@ -83,9 +84,42 @@ func (a *app) serve(cmd *cobra.Command, path string, o *serveOptions, keys *encr
 		return err
 	}
 	out := cmd.OutOrStdout()
+	logger := klog.Background().V(1)
+	hopts := &localapi.Options{Secrets: o.secrets, Logger: &logger}
+	var dir string
+	var cert *localapi.Cert
+	if o.listen != "" {
+		dir = o.stateDir
+		if dir == "" {
+			if dir, err = os.MkdirTemp("", "inspect-serve-"); err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+		} else if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		} else if err := safefile.CheckDir(dir); err != nil {
+			// Another user's, or one others may write: they could plant
+			// the token, and read the cache with it.
+			return fmt.Errorf("--state-dir: %w", err)
+		}
+		if hopts.Token, err = localapi.LoadOrCreateToken(filepath.Join(dir, "token")); err != nil {
+			return err
+		}
+		if cert, err = localapi.LoadOrCreateCert(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")); err != nil {
+			return err
+		}
+	}
+	// The handler decides what it refuses (Secrets without --secrets,
+	// whatever their informer is named): say so before serving.
+	h, err := localapi.NewStatic(snaps, hopts)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	refused := h.Refused()
 	for _, s := range snaps {
-		if s.Refused != "" {
-			fmt.Fprintf(cmd.ErrOrStderr(), "warning: informer %q not served: %s\n", s.Informer, s.Refused)
+		if why, ok := refused[s.Informer]; ok {
+			fmt.Fprintf(cmd.ErrOrStderr(), "warning: informer %q not served: %s\n", s.Informer, why)
 			continue
 		}
 		fmt.Fprintf(out, "informer %s: %d objects at resourceVersion %s\n", s.Informer, len(s.Objects), s.ResourceVersion)
@@ -96,26 +130,8 @@ func (a *app) serve(cmd *cobra.Command, path string, o *serveOptions, keys *encr
 			_ = l.Close()
 		}
 	}
-	logger := klog.Background().V(1)
-	hopts := &localapi.Options{Secrets: o.secrets, Logger: &logger}
 	var kubeconfig string
 	if o.listen != "" {
-		dir := o.stateDir
-		if dir == "" {
-			if dir, err = os.MkdirTemp("", "inspect-serve-"); err != nil {
-				return err
-			}
-			defer os.RemoveAll(dir)
-		} else if err := os.MkdirAll(dir, 0o700); err != nil {
-			return err
-		}
-		if hopts.Token, err = localapi.LoadOrCreateToken(filepath.Join(dir, "token")); err != nil {
-			return err
-		}
-		cert, err := localapi.LoadOrCreateCert(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"))
-		if err != nil {
-			return err
-		}
 		l, err := localapi.ListenLocal(o.listen, cert)
 		if err != nil {
 			return err
@@ -140,12 +156,6 @@ func (a *app) serve(cmd *cobra.Command, path string, o *serveOptions, keys *encr
 		listeners = append(listeners, l)
 		fmt.Fprintf(out, "serving unix:%s\n", o.socket)
 	}
-	h, err := localapi.NewStatic(snaps, hopts)
-	if err != nil {
-		closeAll()
-		return err
-	}
-	defer h.Close()
 	return serveAll(h, listeners, out, kubeconfig)
 }
 

@@ -85,6 +85,11 @@ func TestRegressionFlagsCheckedBeforeTheFile(t *testing.T) {
 		"  providers: [{identity: {}}, {aesgcm: {keys: [{name: k1, secret: Ym9sdGluZm9ybWVyLXRlc3Qta2V5LTMyLWJ5dGVzISE=}]}}]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Issue 23, finding 8: a key file others may read was read.
+	readable := filepath.Join(dir, "readable.yaml")
+	if err := copyFileMode(keyFile, readable, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cache := filepath.Join(dir, "agent.db")
 	for _, tc := range []struct {
 		name string
@@ -100,6 +105,7 @@ func TestRegressionFlagsCheckedBeforeTheFile(t *testing.T) {
 		{"identity for secrets", []string{"-key-file=" + identity}, "no aesgcm key for secrets: Secrets would be cached in plaintext"},
 		{"identity first", []string{"-key-file=" + identityFirst}, "the first provider for secrets is identity: Secrets would be cached in plaintext"},
 		{"kubeconfig", []string{"-key-file=" + keyFile, "-kubeconfig=" + filepath.Join(dir, "nope")}, "kubeconfig: "},
+		{"key file readable by others", []string{"-key-file=" + readable}, "-key-file: boltinformer: encryption configuration: " + readable + ": mode 0644: group or others may read it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"-kubeconfig=" + kubeconfig, "-cache=" + cache}, tc.args...)
@@ -223,4 +229,16 @@ func TestRegressionAgentStripsManagedFields(t *testing.T) {
 			}
 		})
 	}
+}
+
+// copyFileMode copies from to to, with mode.
+func copyFileMode(from, to string, mode os.FileMode) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(to, b, mode); err != nil {
+		return err
+	}
+	return os.Chmod(to, mode)
 }

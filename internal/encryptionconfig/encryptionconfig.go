@@ -45,7 +45,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"unicode"
 
@@ -54,6 +53,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/boltinformer/boltinformer/internal/codec"
+	"github.com/boltinformer/boltinformer/internal/safefile"
 )
 
 // APIVersion and Kind are the file's type.
@@ -142,9 +142,27 @@ type key struct {
 	Secret string `json:"secret"`
 }
 
-// Read reads and parses the file at path.
+// ErrUntrusted is wrapped by the error of a key file that ReadFile does
+// not trust.
+var ErrUntrusted = safefile.ErrUntrusted
+
+// ReadFile reads the key file at path when it may be trusted with keys,
+// as the local API's token is (ssh's StrictModes): a regular file, not a
+// symbolic link (give the file itself: in a Kubernetes Secret volume,
+// DIR/..data/NAME), owned by this process's user or root, that group and
+// others may neither read nor write (mode 0600 or 0400), in a directory
+// that another user neither owns nor may write, nor one above it (but a
+// sticky one, as /tmp). Otherwise its error names the path and the reason
+// and wraps ErrUntrusted. kube-apiserver reads its
+// --encryption-provider-config whatever its mode: these files hold the
+// keys of a node's cache, often on a machine shared with other users.
+func ReadFile(path string) ([]byte, error) {
+	return safefile.ReadTrusted(path, true)
+}
+
+// Read reads (ReadFile) and parses the file at path.
 func Read(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("encryptionconfig: %w", err)
 	}

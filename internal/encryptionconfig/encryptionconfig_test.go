@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -194,4 +195,57 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestRegressionKeyFileTrusted (issue 23, finding 8): the key file is
+// refused, as the local API's token is, when group or others may read or
+// write it, when another user owns it, when it is a symbolic link, or when
+// its directory is writable by others; the error names the path and the
+// reason. It was read whatever its mode, and through symbolic links.
+func TestRegressionKeyFileTrusted(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "keys.yaml")
+	if err := os.WriteFile(path, []byte(valid), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	refused := func(t *testing.T, p string, want ...string) {
+		t.Helper()
+		_, err := encryptionconfig.Read(p)
+		if err == nil || !errors.Is(err, encryptionconfig.ErrUntrusted) {
+			t.Fatalf("%s: %v, want ErrUntrusted", p, err)
+		}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Fatalf("%v, want it to say %q", err, w)
+			}
+		}
+	}
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604, 0o620} {
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+		refused(t, path, path, fmt.Sprintf("mode %04o", mode))
+	}
+	if err := os.Chmod(path, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := encryptionconfig.Read(path); err != nil {
+		t.Fatalf("mode 0400: %v", err)
+	}
+	link := filepath.Join(dir, "link.yaml")
+	if err := os.Symlink(path, link); err != nil {
+		t.Fatal(err)
+	}
+	refused(t, link, link, "symbolic link")
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	refused(t, path, dir, "directory mode 0777")
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(path, 12345, 12345); err != nil {
+		t.Skipf("SKIPPED LOUDLY: cannot give %s to another user (run as root): %v", path, err)
+	}
+	refused(t, path, path, "owned by uid 12345")
 }

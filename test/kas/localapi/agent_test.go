@@ -19,6 +19,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
@@ -34,6 +38,10 @@ const (
 	agentKubeEnv   = "LOCALAPI_E2E_KUBECONFIG"
 	agentWindowEnv = "LOCALAPI_E2E_WINDOW"
 	agentPprofEnv  = "LOCALAPI_E2E_PPROF" // "1": serve net/http/pprof on 127.0.0.1
+	// agentSecretsEnv, when set, is the name and Resource of an informer
+	// of every namespace's Secrets the agent adds (not "secrets": the
+	// local API must refuse them by their kind).
+	agentSecretsEnv = "LOCALAPI_E2E_SECRETS_AS"
 )
 
 // agentMain is the agent: Pods and ConfigMaps of every namespace in a
@@ -71,6 +79,17 @@ func agent(ctx context.Context) error {
 	}
 	if _, err := f.PersistentInformer(&corev1.ConfigMap{}); err != nil {
 		return err
+	}
+	var secrets *boltinformer.Informer
+	if name := os.Getenv(agentSecretsEnv); name != "" {
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		lw := cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "secrets", metav1.NamespaceAll, fields.Everything())
+		if secrets, err = db.NewInformer(name, lw, &corev1.Secret{}, 0, nil, &boltinformer.InformerOptions{Resource: name}); err != nil {
+			return err
+		}
 	}
 	var window int
 	fmt.Sscan(os.Getenv(agentWindowEnv), &window)
@@ -111,12 +130,19 @@ func agent(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	f.StartWithContext(runCtx)
+	secretsDone := make(chan struct{})
+	if secrets != nil {
+		go func() { defer close(secretsDone); secrets.RunWithContext(runCtx) }()
+	} else {
+		close(secretsDone)
+	}
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- h.Serve(ctx, l) }()
 	fmt.Println("READY " + kc)
 	<-ctx.Done()
 	serr := <-serveDone
 	cancel()
+	<-secretsDone
 	f.Shutdown()
 	return serr
 }
@@ -135,6 +161,13 @@ type agentProc struct {
 // ("": any free port), and waits for it to serve.
 func startAgent(t testing.TB, dir, addr string, window int) *agentProc {
 	t.Helper()
+	return startAgentEnv(t, dir, addr, window)
+}
+
+// startAgentEnv is startAgent with more of the agent's environment
+// (NAME=VALUE).
+func startAgentEnv(t testing.TB, dir, addr string, window int, env ...string) *agentProc {
+	t.Helper()
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
@@ -146,6 +179,7 @@ func startAgent(t testing.TB, dir, addr string, window int) *agentProc {
 		agentKubeEnv+"="+cluster.Kubeconfig(),
 		fmt.Sprintf("%s=%d", agentWindowEnv, window),
 	)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -280,6 +280,17 @@ func podState(inf cache.SharedIndexInformer, ns string) string {
 	return strings.Join(out, " ")
 }
 
+// lastDeleted is the index (from 0; Pod 1000+index) of the last Pod
+// change(from, n) deletes.
+func lastDeleted(from, n int) int {
+	for i := from + n - 1; i >= from; i-- {
+		if i%4 == 3 {
+			return i - 3
+		}
+	}
+	return -1
+}
+
 // change makes n changes to ns's Pods on the apiserver: creates, label
 // patches and deletes.
 func change(t testing.TB, cs kubernetes.Interface, ns string, from, n int) {
@@ -318,16 +329,26 @@ func TestWatchAcrossAgentRestart(t *testing.T) {
 	a := startAgent(t, dir, "", 0)
 	waitFor(t, "the agent to have the pods", func() bool { return countPods(t, a, ns) == 10 })
 	client, clientJ := startInformer(t, agentClient(t, a), ns)
-	change(t, cs, ns, 0, 20)
-	converged := func() bool {
-		return podState(client, ns) == podState(ref, ns) && len(clientJ.snapshot()) == len(refJ.snapshot())
+	// converged waits for the last event of change(from, n) too: a Pod
+	// deleted with grace 0 is an UPDATE (its deletionTimestamp), then the
+	// DELETE; both informers at the UPDATE looked converged, and an agent
+	// stopped then had the DELETE in its file but not its client, which
+	// got 410 after the restart and relisted.
+	converged := func(from, n int) func() bool {
+		last := fmt.Sprintf("DELETE pod-%05d@", 1000+lastDeleted(from, n))
+		return func() bool {
+			events := refJ.snapshot()
+			return len(events) > 0 && strings.HasPrefix(events[len(events)-1], last) &&
+				podState(client, ns) == podState(ref, ns) && len(clientJ.snapshot()) == len(events)
+		}
 	}
-	waitFor(t, "the client to converge", converged)
+	change(t, cs, ns, 0, 20)
+	waitFor(t, "the client to converge", converged(0, 20))
 	a.stop(t)
 	change(t, cs, ns, 20, 20) // while the agent is down
 	a = startAgent(t, dir, a.addr, 0)
 	change(t, cs, ns, 40, 20)
-	waitFor(t, "the client to converge after the restart", converged)
+	waitFor(t, "the client to converge after the restart", converged(40, 20))
 	if got, want := clientJ.snapshot(), refJ.snapshot(); !slices.Equal(got, want) {
 		t.Fatalf("through the local API:\n%v\nfrom the apiserver:\n%v", got, want)
 	}
