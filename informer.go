@@ -119,12 +119,12 @@ type InformerOptions struct {
 	// SyncPolicy; default SyncAfterDiskLoad.
 	SyncPolicy SyncPolicy
 	// Metadata lists, metadata only, what lw lists (same resource,
-	// namespace and selectors): with SyncAfterFresh, one such list after a
-	// warm start tells which objects changed while the informer was down,
-	// so that it knows when the resumed watch has brought them (the moment
-	// Fresh); with Getter, it makes relists partial. A Factory sets it
-	// (k8s.io/client-go/metadata). Nil: a warm start is fresh at the first
-	// watch event the server sends.
+	// namespace and selectors): with SyncAfterFresh or ReplayDownDeletes,
+	// one such list after a warm start tells which objects changed while
+	// the informer was down, so that it knows when the resumed watch has
+	// brought them (the moment Fresh); with Getter, it makes relists
+	// partial. A Factory sets it (k8s.io/client-go/metadata). Nil: a warm
+	// start is fresh at the first watch event the server sends.
 	Metadata MetadataLister
 	// Getter reads one object as it was at an exact resourceVersion. With
 	// Metadata, a relist (after a 410: an apiserver restart answers it to
@@ -143,7 +143,13 @@ type InformerOptions struct {
 	// fresh), then its initial adds: a controller that registers its
 	// handlers only once the caches have synced (controller-runtime) hears
 	// about them, as it would have live. Handlers added before Run get
-	// those deletes as they happen.
+	// those deletes as they happen. It works in either SyncPolicy: with
+	// SyncAfterDiskLoad the informer still finds out when it is fresh
+	// (FreshBookmarkWait, Metadata), without making HasSynced wait for it,
+	// so a handler added at any time gets every delete made while down,
+	// replayed or live. That costs the reads FreshBookmarkWait and
+	// FreshListMax describe, where SyncAfterDiskLoad alone makes none
+	// beyond the watch.
 	//
 	// So that a process killed before it is fresh hears of them at its
 	// next start, a warm start holds its commits until fresh: the file
@@ -183,12 +189,12 @@ type InformerOptions struct {
 	// own history (README, "Loaded, Fresh, Live"). 0, the default, lists
 	// metadata at once.
 	FreshBookmarkWait time.Duration
-	// FreshListMax, with SyncAfterFresh and Metadata: a warm start whose
-	// cache holds at most this many objects lists every object's metadata
-	// at once, beside the wait for a bookmark, and is fresh by whichever
-	// tells first: such a list costs the server little, and comes sooner
-	// than kube-apiserver's bookmark, which takes 0 to 2.3 s. 0 means
-	// DefaultFreshListMax; negative never lists at once.
+	// FreshListMax, with Metadata and SyncAfterFresh or ReplayDownDeletes:
+	// a warm start whose cache holds at most this many objects lists every
+	// object's metadata at once, beside the wait for a bookmark, and is
+	// fresh by whichever tells first: such a list costs the server little,
+	// and comes sooner than kube-apiserver's bookmark, which takes 0 to
+	// 2.3 s. 0 means DefaultFreshListMax; negative never lists at once.
 	FreshListMax int
 	// Memory is FullMemory (default) or BoundedMemory, with CacheSize
 	// decoded objects in the bounded LRU (0: DefaultCacheSize, 1024).

@@ -49,16 +49,28 @@ type Options struct {
 	Identity      boltinformer.ClusterIdentity
 	LookupTimeout time.Duration
 	// SyncAfterDiskLoad makes a warm-started informer synced as soon as
-	// its file is loaded (boltinformer.SyncAfterDiskLoad): no metadata
-	// list at a warm start, so a restart costs the apiserver one WATCH
-	// per informer, but WaitForCacheSync may return the state of the last
-	// shutdown, which the resumed watch then brings up to date. The
-	// default is SyncAfterFresh: WaitForCacheSync returns once the cache
-	// equals the server's state (or after FreshTimeout without an answer
-	// from the server, serving the cache as loaded).
+	// its file is loaded (boltinformer.SyncAfterDiskLoad), even with the
+	// server unreachable. What it gives up: until the informer is fresh,
+	// WaitForCacheSync may return, and a reconciler read, the state of the
+	// last stop (objects deleted or changed while the operator was down),
+	// which the resumed watch then brings up to date. What it keeps: the
+	// deletes made while down still reach the reconcilers, however late a
+	// controller adds its handlers (see the package doc), for the informer
+	// still finds out when it is fresh (as with FreshBookmarkWait) without
+	// making the sync wait for it. That costs the apiserver, besides the
+	// WATCH, one read of one object's metadata and, when no bookmark comes
+	// within FreshBookmarkWait, one metadata list of the informer's scope
+	// (at once, beside the bookmark wait, for an informer of at most
+	// boltinformer.DefaultFreshListMax objects). With NoReplayDownDeletes
+	// too, a warm start makes no read beyond its WATCH. The default is
+	// SyncAfterFresh: WaitForCacheSync returns once the cache equals the
+	// server's state (or after FreshTimeout without an answer from the
+	// server, serving the cache as loaded).
 	SyncAfterDiskLoad bool
 	// FreshTimeout bounds the wait for Fresh; 0 means DefaultFreshTimeout,
-	// negative waits as long as it takes.
+	// negative waits as long as it takes. With SyncAfterDiskLoad nothing
+	// waits: it bounds how long a warm start holds its commits so that a
+	// kill -9 before fresh loses no replayed delete (see the package doc).
 	FreshTimeout time.Duration
 	// FreshBookmarkWait: a warm-started informer is fresh at the server's
 	// first bookmark on its resumed watch at or after the server's
@@ -67,7 +79,12 @@ type Options struct {
 	// this long, else by a metadata list of its scope
 	// (boltinformer.InformerOptions.FreshBookmarkWait, which says what a
 	// bookmark cannot catch: a restored etcd backup written past the file).
-	// 0 means DefaultFreshBookmarkWait; negative lists metadata at once (a
+	// An informer of at most boltinformer.DefaultFreshListMax objects also
+	// lists metadata at once, fresh by whichever answers first. It applies
+	// to both sync policies: with SyncAfterDiskLoad it decides which
+	// deletes are replayed, not when the cache syncs (with
+	// NoReplayDownDeletes too it is not used). 0 means
+	// DefaultFreshBookmarkWait; negative lists metadata at once (a
 	// consistent read, faster on small collections, but about as much of
 	// the server's CPU as a cold start).
 	FreshBookmarkWait time.Duration

@@ -60,7 +60,20 @@
 // boltinformer.InformerOptions.FreshBookmarkWait). When the server does not
 // answer, the wait ends after FreshTimeout (default 30 s) and the cache
 // serves what the file held (boltinformer.Health.Stale).
-// Options.SyncAfterDiskLoad syncs at once instead, making no list at all.
+//
+// Options.SyncAfterDiskLoad syncs at once instead, at the disk load, even
+// with the server unreachable. What it gives up: until the informer is
+// fresh, a reconciler may read the state of the last stop (an object
+// deleted or changed while the operator was down), which the resumed
+// watch then brings up to date. The deletes made while down still reach
+// the reconcilers (below): the informer finds out when it is fresh as
+// above, without making the sync wait for it. That costs the apiserver,
+// besides the watch, one read of one object's metadata and, when no
+// bookmark comes within FreshBookmarkWait, one metadata list of the
+// informer's scope (an informer of at most
+// boltinformer.DefaultFreshListMax objects, 1000, lists at once, beside
+// the bookmark wait). With NoReplayDownDeletes too, a warm start makes no
+// read beyond its watch.
 //
 // # Deletes while down reach the reconcilers
 //
@@ -71,13 +84,21 @@
 // Delete for each such object (boltinformer.InformerOptions
 // ReplayDownDeletes), so its reconciler gets a request whose Get returns
 // NotFound, as after a live delete: finalizer-free cleanup works across
-// restarts. Options.NoReplayDownDeletes turns it off. With
-// SyncAfterDiskLoad the deletes are replayed only when they came before the
-// first watch event; those later reach handlers live. A kill -9 before the
-// cache is fresh does not lose them: until fresh a warm start commits
-// nothing (boltinformer.Health.CommitsHeld), so the next start resumes from
-// the same resourceVersion and replays them; once FreshTimeout has passed
-// without fresh, the start commits and a kill then loses their replay.
+// restarts. Options.NoReplayDownDeletes turns it off.
+//
+// It holds in every sync policy. With SyncAfterDiskLoad a controller's
+// handlers may come before, among or after the deletes its resumed watch
+// applies: each delete applied before the informer is fresh is kept and
+// replayed to every handler added after it; one applied after a handler
+// was added reaches that handler live. So every delete made while down
+// reaches the reconciler, however late the controller starts (after
+// leader election, say).
+//
+// A kill -9 before the cache is fresh does not lose them: until fresh a
+// warm start commits nothing (boltinformer.Health.CommitsHeld), so the
+// next start resumes from the same resourceVersion and replays them; once
+// FreshTimeout has passed without fresh, the start commits and a kill then
+// loses their replay.
 //
 // # A relist after a 410
 //

@@ -29,7 +29,10 @@ func main() {
 	cacheFile := flag.String("cache-file", "operator-cache.db", "the persistent cache file")
 	namespace := flag.String("namespace", "", "watch only this namespace (default: all)")
 	inMemory := flag.Bool("in-memory", false, "use controller-runtime's own in-memory cache (to compare)")
-	diskLoad := flag.Bool("sync-after-disk-load", false, "synced as soon as the file is loaded: no list at all at a warm start")
+	diskLoad := flag.Bool("sync-after-disk-load", false, "at a warm start, sync as soon as the file is loaded, even with the apiserver unreachable. "+
+		"Gives up: until the cache is fresh, reconciles may read the state of the last stop (sources deleted or changed while down). "+
+		"Keeps: sources deleted while down are still cleaned up (their deletes are replayed), at a cost to the apiserver of "+
+		"one read of one object's metadata and, without a bookmark within 5 s, one metadata list (at once for up to 1000 ConfigMaps)")
 	dropUnused := flag.Duration("drop-unused-after", 7*24*time.Hour, "at the stop, drop from the cache file the scopes this run did not watch (e.g. another -namespace) that went this long without a commit (0: keep them)")
 	metricsAddr := flag.String("metrics-bind-address", "0", "the metrics endpoint's address (0: off)")
 	probeAddr := flag.String("health-probe-bind-address", "0", "the health probes' address (0: off)")
