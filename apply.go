@@ -136,18 +136,6 @@ type applyState struct {
 	last error
 }
 
-// noteWriteLocked classifies the error of storing one object: it reports
-// whether the object was stored (an index function error stores it) and
-// collects the errors in a. Caller holds blockDeltas.
-func (s *Informer) noteWriteLocked(a *applyErrors, err error) (stored bool) {
-	if indexer.Refused(err) {
-		a.addRefused(err)
-		return false
-	}
-	a.add(err)
-	return true
-}
-
 // lastApplyError returns the last ApplyError reported, or nil.
 func (s *Informer) lastApplyError() error {
 	s.apply.mu.Lock()
