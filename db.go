@@ -71,13 +71,15 @@ type Options struct {
 type DB struct {
 	store     *store.DB
 	committer *store.Committer
-	report    recovery.Report
-	logger    klog.Logger
-	clock     clock.WithTicker
-	stop      context.CancelFunc
-	done      chan struct{}
-	metrics   *metrics
-	reg       prometheus.Registerer
+	// checkpoints are the file's checkpoints (checkpoint.go).
+	checkpoints *checkpoints
+	report      recovery.Report
+	logger      klog.Logger
+	clock       clock.WithTicker
+	stop        context.CancelFunc
+	done        chan struct{}
+	metrics     *metrics
+	reg         prometheus.Registerer
 
 	failOnCorrupt   bool
 	maxCorruptFiles int
@@ -182,6 +184,11 @@ func Open(path string, opts *Options) (*DB, error) {
 		}
 		db.reg = o.Registerer
 	}
+	if err := db.loadCheckpoints(); err != nil {
+		_ = sdb.Close()
+		return nil, err
+	}
+	db.committer.Add(db.checkpoints)
 	ctx, cancel := context.WithCancel(context.Background())
 	db.stop = cancel
 	go func() {

@@ -160,6 +160,16 @@ type InformerOptions struct {
 	// Fresh, or after FreshTimeout without it (if set): from then on a
 	// kill before fresh loses those deletes' replay, as without the hold.
 	ReplayDownDeletes bool
+	// ChangedFirst makes a handler added after Run get, of a warm start's
+	// objects, those changed, created or deleted while the informer was
+	// down first: the deletes (ReplayDownDeletes), then the changed and
+	// created objects as adds with isInInitialList false, then the others
+	// as initial adds. controller-runtime's priority queue then takes the
+	// changed ones at once and the unchanged at low priority
+	// (controller-runtime's cache sets it). False keeps client-go's
+	// order: every object as an initial add. ChangedSince tells them apart
+	// for a handler of its own.
+	ChangedFirst bool
 	// FreshTimeout bounds SyncAfterFresh's wait: after this long without
 	// being fresh (the server unreachable), HasSynced reports true and the
 	// cache serves what it loaded (Health.Stale). 0 waits for Fresh.
@@ -251,6 +261,10 @@ type Informer struct {
 	// blockDeltas.
 	replayDeletes bool
 	downDeletes   []processor.Notification
+	// changedFirst is InformerOptions.ChangedFirst; resumedFrom the
+	// resourceVersion a warm start resumed from (handlers.go).
+	changedFirst bool
+	resumedFrom  string
 	// closeOnce closes the indexer once: when Run returns (the name is
 	// released) or when the DB closes.
 	closeOnce  sync.Once
@@ -296,6 +310,10 @@ type Informer struct {
 	resyncCheckPeriod               time.Duration
 	defaultEventHandlerResyncPeriod time.Duration
 	listeners                       map[*processor.Listener]struct{}
+	// resuming are the listeners added by AddEventHandlerSince; resumers
+	// counts them (the loop reads it to distribute progress).
+	resuming map[*processor.Listener]bool
+	resumers atomic.Int64
 
 	// blockDeltas serializes event distribution with handler registration,
 	// so a late handler joins between two events.
@@ -445,6 +463,8 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		partialRatio:                    cmp.Or(o.PartialRelistRatio, DefaultPartialRelistRatio),
 		freshTimeout:                    o.FreshTimeout,
 		replayDeletes:                   o.ReplayDownDeletes,
+		changedFirst:                    o.ChangedFirst,
+		resumedFrom:                     idx.ResourceVersion(),
 		loaded:                          newMoment("loaded"),
 		live:                            newMoment("live"),
 		logger:                          logger,
@@ -454,6 +474,13 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		resyncCheckPeriod:               resync,
 		defaultEventHandlerResyncPeriod: resync,
 		listeners:                       map[*processor.Listener]struct{}{},
+		resuming:                        map[*processor.Listener]bool{},
+	}
+	if rv, ok := db.checkpoints.minPosition(name); ok {
+		// A checkpoint resumes from a position in this informer: keep
+		// its deletes, and drop those every checkpoint has passed.
+		idx.KeepDeletes()
+		idx.PruneDeletes(rv)
 	}
 	inf.fr = inf.newTracker(&o)
 	idx.SetDurable(inf.durableMark, inf.durable)
@@ -661,6 +688,7 @@ func (s *Informer) distributeInitial(warm bool) {
 	})
 	s.blockDeltas.Lock()
 	defer s.blockDeltas.Unlock()
+	s.progressLocked()
 	close(s.initialDone)
 }
 
@@ -919,8 +947,16 @@ const minimumResyncPeriod = time.Second
 
 // AddEventHandlerWithOptions adds a handler. A handler added while the
 // informer runs first receives the current objects as Adds with
-// isInInitialList true, as in client-go.
+// isInInitialList true, as in client-go (with InformerOptions.ChangedFirst,
+// those changed while a warm start was down come first, with
+// isInInitialList false).
 func (s *Informer) AddEventHandlerWithOptions(handler cache.ResourceEventHandler, options cache.HandlerOptions) (cache.ResourceEventHandlerRegistration, error) {
+	return s.addHandler(handler, options, nil)
+}
+
+// addHandler adds a handler; since, when not nil, is the position it
+// resumes from (AddEventHandlerSince).
+func (s *Informer) addHandler(handler cache.ResourceEventHandler, options cache.HandlerOptions, since *string) (cache.ResourceEventHandlerRegistration, error) {
 	s.startedMu.Lock()
 	defer s.startedMu.Unlock()
 	if s.stopped {
@@ -949,24 +985,27 @@ func (s *Informer) AddEventHandlerWithOptions(handler cache.ResourceEventHandler
 		ResyncPeriod:          processor.DetermineResyncPeriod(logger, resyncPeriod, s.resyncCheckPeriod),
 		Synced:                handlersSyncedChecker{s},
 	}
+	var l *processor.Listener
 	if !s.started {
-		l := s.processor.AddListener(handler, lopts)
-		s.listeners[l] = struct{}{}
-		return l, nil
-	}
-	s.lockAfterInitial()
-	defer s.blockDeltas.Unlock()
-	items := s.indexer.List()
-	lopts.Before = s.downDeletes
-	lopts.InitialList = func(yield func(any) bool) {
-		for _, it := range items {
-			if !yield(it) {
-				return
-			}
+		if since != nil {
+			s.resumeBeforeRun(&lopts, *since)
 		}
+		l = s.processor.AddListener(handler, lopts)
+	} else {
+		s.lockAfterInitial()
+		defer s.blockDeltas.Unlock()
+		if since != nil {
+			s.resumeLocked(&lopts, *since)
+		} else {
+			s.lateLocked(&lopts)
+		}
+		l = s.processor.AddListener(handler, lopts)
 	}
-	l := s.processor.AddListener(handler, lopts)
 	s.listeners[l] = struct{}{}
+	if since != nil {
+		s.resuming[l] = true
+		s.resumers.Add(1)
+	}
 	return l, nil
 }
 
@@ -990,6 +1029,10 @@ func (s *Informer) RemoveEventHandler(handle cache.ResourceEventHandlerRegistrat
 	s.blockDeltas.Lock()
 	defer s.blockDeltas.Unlock()
 	if l, ok := handle.(*processor.Listener); ok {
+		if _, mine := s.listeners[l]; mine && s.resuming[l] {
+			s.resumers.Add(-1)
+			delete(s.resuming, l)
+		}
 		delete(s.listeners, l)
 	}
 	return s.processor.RemoveListener(handle)

@@ -87,6 +87,7 @@ func (s *Informer) applyLocked(deltas []cache.Delta, isInInitialList bool, a *ap
 			return fmt.Errorf("boltinformer: unknown delta type %s", d.Type)
 		}
 	}
+	s.progressLocked()
 	return nil
 }
 

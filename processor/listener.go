@@ -50,6 +50,11 @@ type Listener struct {
 
 	upstream cache.DoneChecker // nil: the informer counts as synced
 	synced   *synctrack.SingleFileTracker
+	// filter is ListenerOptions.Filter, set before the listener is
+	// published.
+	filter func(Notification) (Notification, bool)
+	// delivered is the At of the last ProgressNotification handled.
+	delivered atomic.Pointer[string]
 
 	// pendingLock guards pending and idle, the swap of pending with batch,
 	// and the setting of stopped. Lock order: after Processor.listenersLock. Never held
@@ -111,6 +116,16 @@ func newListener(handler cache.ResourceEventHandler, name string, logger klog.Lo
 	}
 }
 
+// Delivered returns the informer's resourceVersion up to which the handler
+// has returned from every notification ("" before the first
+// ProgressNotification).
+func (l *Listener) Delivered() string {
+	if p := l.delivered.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
 // Name returns the handler's name, as used in logs and metrics.
 func (l *Listener) Name() string { return l.name }
 
@@ -137,6 +152,18 @@ func (l *Listener) Pending() int {
 
 // enqueue appends n to the buffer and wakes run if it waits. It never blocks
 // on the handler.
+// distribute queues a distributed notification, through the listener's
+// filter.
+func (l *Listener) distribute(n Notification) {
+	if l.filter != nil {
+		var ok bool
+		if n, ok = l.filter(n); !ok {
+			return
+		}
+	}
+	l.enqueue(n)
+}
+
 func (l *Listener) enqueue(n Notification) {
 	l.pendingLock.Lock()
 	if l.stopped.Load() {
@@ -264,6 +291,8 @@ func (l *Listener) handle(n Notification, backlog int) (crashed bool) {
 		l.handler.OnUpdate(n.Old, n.New)
 	case DeleteNotification:
 		l.handler.OnDelete(n.Old)
+	case ProgressNotification:
+		l.delivered.Store(&n.At)
 	}
 	return false
 }

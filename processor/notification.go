@@ -1,8 +1,8 @@
 package processor
 
 // Notification is one event for a listener: an AddNotification, an
-// UpdateNotification or a DeleteNotification, passed by value. The set is
-// closed; other types cannot be distributed.
+// UpdateNotification, a DeleteNotification or a ProgressNotification,
+// passed by value. The set is closed; other types cannot be distributed.
 type Notification interface {
 	isNotification()
 }
@@ -26,6 +26,15 @@ type DeleteNotification struct {
 	Old interface{}
 }
 
-func (AddNotification) isNotification()    {}
-func (UpdateNotification) isNotification() {}
-func (DeleteNotification) isNotification() {}
+// ProgressNotification calls no handler: once a listener reaches it, the
+// handler has returned from every notification queued before it, and
+// Listener.Delivered returns At (the informer's resourceVersion when it
+// was distributed).
+type ProgressNotification struct {
+	At string
+}
+
+func (AddNotification) isNotification()      {}
+func (ProgressNotification) isNotification() {}
+func (UpdateNotification) isNotification()   {}
+func (DeleteNotification) isNotification()   {}

@@ -55,18 +55,28 @@ type ListenerOptions struct {
 	// true once Synced is done and every initial-list add queued to the
 	// listener has been handled. Nil means the informer counts as synced.
 	Synced cache.DoneChecker
-	// InitialList, if not nil, is iterated by AddListener before it returns;
-	// each object is queued as AddNotification{Obj: obj, InInitialList: true}
-	// ahead of any later notification, and before the listener starts
-	// watching Synced, so the listener can never look synced before these
-	// objects are handled. The informer passes its current objects here when
-	// a handler is added while it runs (client-go lists its indexer for
-	// this), holding the lock that serializes it with Distribute.
-	InitialList iter.Seq[interface{}]
+	// InitialList, if not nil, is iterated by AddListener before it
+	// returns; each add is queued ahead of any later notification, and
+	// before the listener starts watching Synced, so the listener can never
+	// look synced before those with InInitialList are handled. The
+	// informer passes its current objects here when a handler is added
+	// while it runs (client-go lists its indexer for this), holding the
+	// lock that serializes it with Distribute; those changed while it was
+	// down first, without InInitialList, when it asks so.
+	InitialList iter.Seq[AddNotification]
 	// Before, if not empty, are queued ahead of InitialList: the informer
 	// replays there the deletes a late handler would otherwise never hear
 	// of (the objects deleted while a warm-started informer was down).
 	Before []Notification
+	// Progress, if not "", is queued after InitialList as a
+	// ProgressNotification.
+	Progress string
+	// Filter, if not nil, sees each notification distributed to the
+	// listener (not Before, InitialList or Progress) and returns what to
+	// queue instead, or false to drop it: the informer holds back there the
+	// objects of its initial list that a handler resuming from a position
+	// has seen.
+	Filter func(Notification) (Notification, bool)
 }
 
 // runState is the lifecycle of a Processor; it only moves forward.
@@ -192,10 +202,14 @@ func (p *Processor) AddListener(handler cache.ResourceEventHandler, opts Listene
 		l.enqueue(n)
 	}
 	if opts.InitialList != nil {
-		for obj := range opts.InitialList {
-			l.enqueue(AddNotification{Obj: obj, InInitialList: true})
+		for n := range opts.InitialList {
+			l.enqueue(n)
 		}
 	}
+	if opts.Progress != "" {
+		l.enqueue(ProgressNotification{At: opts.Progress})
+	}
+	l.filter = opts.Filter
 
 	p.listenersLock.Lock()
 	defer p.listenersLock.Unlock()
@@ -247,7 +261,7 @@ func (p *Processor) Distribute(n Notification, sync bool) {
 	defer p.listenersLock.RUnlock()
 	for l, due := range p.listeners {
 		if !sync || due {
-			l.enqueue(n)
+			l.distribute(n)
 		}
 	}
 }

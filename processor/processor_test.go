@@ -202,12 +202,12 @@ func TestLateListenerGetsInitialListFirst(t *testing.T) {
 		objs = append(objs, fmt.Sprintf("o%d", i))
 		want = append(want, fmt.Sprintf("add o%d initial=true", i))
 	}
-	initial := func(yield func(interface{}) bool) {
+	initial := func(yield func(processor.AddNotification) bool) {
 		// Give a sync watch started too early the time to see the synced
 		// informer and an empty tracker.
 		time.Sleep(20 * time.Millisecond)
 		for _, o := range objs {
-			if !yield(o) {
+			if !yield(processor.AddNotification{Obj: o, InInitialList: true}) {
 				return
 			}
 		}
@@ -571,7 +571,7 @@ func TestConcurrentUse(t *testing.T) {
 			default:
 			}
 			r := &recorder{}
-			l := p.AddListener(r, processor.ListenerOptions{InitialList: slices.Values([]interface{}{"i"})})
+			l := p.AddListener(r, processor.ListenerOptions{InitialList: slices.Values([]processor.AddNotification{{Obj: "i", InInitialList: true}})})
 			churnMu.Lock()
 			churned = append(churned, r)
 			churnMu.Unlock()

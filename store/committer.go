@@ -247,7 +247,9 @@ func (c *Committer) Flush(ctx context.Context) error {
 		}
 		batches = append(batches, b)
 		took = append(took, taken{s, b})
-		info.Informers = append(info.Informers, b.Informer)
+		if b.Informer != "" {
+			info.Informers = append(info.Informers, b.Informer)
+		}
 	}
 	// failed counts toward the backoff: a transaction that failed. A
 	// source's batch that it could not encode (a *BatchError) is not the
