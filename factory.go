@@ -221,9 +221,10 @@ func NewFactory(db *DB, config *rest.Config, opts *FactoryOptions) (*Factory, er
 //
 // With a clientset that has a REST transport (its CoreV1().RESTClient()
 // is a *rest.RESTClient), the factory reuses its HTTP client (credentials,
-// TLS, user agent) for metadata-only lists and dynamic informers. The
-// cluster identity is IdentityNamespaceUID's lookup through client (or
-// ClusterID); IdentityEndpoint needs a rest.Config (NewFactory).
+// TLS, user agent) and its rate limiter for metadata-only lists and
+// informers and for dynamic informers. The cluster identity is
+// IdentityNamespaceUID's lookup through client (or ClusterID);
+// IdentityEndpoint needs a rest.Config (NewFactory).
 //
 // A client without a REST transport (the fake clientset) is for tests:
 // its objects carry no resourceVersion and its watch does not replay
@@ -247,6 +248,14 @@ func NewFactoryForClient(db *DB, client kubernetes.Interface, opts *FactoryOptio
 		u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/api/v1")
 		u.RawQuery = ""
 		config, hc = &rest.Config{Host: u.String(), UserAgent: rest.DefaultKubernetesUserAgent()}, rc.Client
+		// The metadata and dynamic clients share the clientset's rate
+		// limiter (none when it has none), not client-go's default of 5
+		// requests per second.
+		if rl := rc.GetRateLimiter(); rl != nil {
+			config.RateLimiter = rl
+		} else {
+			config.QPS = -1
+		}
 	}
 	return newFactory(db, client, config, hc, nil, opts)
 }
