@@ -86,6 +86,9 @@ func (f *Factory) persistentLocked(obj runtime.Object, newFunc internalinterface
 	if sc.gvr.GroupVersion() != gvks[0].GroupVersion() {
 		return nil, newFunc, fmt.Errorf("the informer lists %s, not objects of %s like %T", sc.gvr, gvks[0].GroupVersion(), obj)
 	}
+	if kind, ok := builtinKinds()[sc.gvr]; !ok || kind != gvks[0] {
+		return nil, newFunc, fmt.Errorf("the informer lists %s, not %s like %T", sc.gvr, gvks[0].Kind, obj)
+	}
 	// A generated informer of the group accessors asks for the factory's
 	// scope: a Scopes entry naming its resource replaces it.
 	defNS, defLabels, defFields := selectorsOf(f.defaultScope())
