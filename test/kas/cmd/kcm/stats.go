@@ -110,7 +110,10 @@ func (b *countingBody) Read(p []byte) (int, error) {
 // requestKey names a request as the stats file counts it: its kind and
 // resource.
 func requestKey(req *http.Request) string {
-	resource, named := resourceOf(req.URL.Path)
+	resource, named, api := resourceOf(req.URL.Path)
+	if !api {
+		return req.Method + " " + req.URL.Path + " @" + clientName(req.Header.Get("User-Agent"))
+	}
 	q := req.URL.Query()
 	kind := req.Method
 	switch {
@@ -154,23 +157,21 @@ func clientName(ua string) string {
 }
 
 // resourceOf returns the resource of an API path ("pods",
-// "deployments.apps", "pods/status") and whether it names one object.
-func resourceOf(path string) (string, bool) {
+// "deployments.apps", "pods/status"), whether it names one object, and
+// whether it is a path of a resource at all (not /healthz, discovery).
+func resourceOf(path string) (resource string, named, api bool) {
 	parts := strings.Split(strings.Trim(path, "/"), "/")
 	var group string
 	switch {
-	case len(parts) >= 2 && parts[0] == "api":
+	case len(parts) >= 3 && parts[0] == "api":
 		parts = parts[2:]
-	case len(parts) >= 3 && parts[0] == "apis":
+	case len(parts) >= 4 && parts[0] == "apis":
 		group, parts = parts[1], parts[3:]
 	default:
-		return path, false
+		return "", false, false
 	}
 	if len(parts) >= 3 && parts[0] == "namespaces" {
 		parts = parts[2:]
-	}
-	if len(parts) == 0 {
-		return "discovery", false
 	}
 	r := parts[0]
 	if group != "" {
@@ -179,7 +180,7 @@ func resourceOf(path string) (string, bool) {
 	if len(parts) >= 3 {
 		r += "/" + parts[2]
 	}
-	return r, len(parts) >= 2
+	return r, len(parts) >= 2, true
 }
 
 // controllersStarted records that n controllers were handed to RunControllers.
