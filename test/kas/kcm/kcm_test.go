@@ -51,21 +51,32 @@ type cluster struct {
 	audit string
 }
 
-// newCluster starts a cluster for t; opts may set CompactionInterval.
+// newCluster starts a cluster for t, with the audit log; opts may set
+// CompactionInterval.
 func newCluster(t *testing.T, opts *harness.Options) *cluster {
 	t.Helper()
-	dir := t.TempDir()
-	policy := filepath.Join(dir, "audit-policy.yaml")
-	if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	return startCluster(t, opts, true)
+}
+
+// startCluster starts a cluster for t, with the audit log or without
+// (benchmarks: it costs the apiserver).
+func startCluster(t *testing.T, opts *harness.Options, withAudit bool) *cluster {
+	t.Helper()
 	o := harness.Options{}
 	if opts != nil {
 		o = *opts
 	}
 	o.EtcdUnsafeNoFsync = true
-	audit := filepath.Join(dir, "audit.log")
-	o.APIServerFlags = append(o.APIServerFlags, "--audit-policy-file="+policy, "--audit-log-path="+audit, "--audit-log-mode=blocking")
+	audit := ""
+	if withAudit {
+		dir := t.TempDir()
+		policy := filepath.Join(dir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		audit = filepath.Join(dir, "audit.log")
+		o.APIServerFlags = append(o.APIServerFlags, "--audit-policy-file="+policy, "--audit-log-path="+audit, "--audit-log-mode=blocking")
+	}
 	c, err := harness.Start(t, &o)
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +97,10 @@ func newCluster(t *testing.T, opts *harness.Options) *cluster {
 type kcmOptions struct {
 	mode  string // "persistent" or "stock"
 	cache string // the cache file (persistent)
-	extra []string
+	// qps and burst are --kube-api-qps and --kube-api-burst (0: 200 and
+	// 400, which a test's few hundred Pods do not wait on).
+	qps, burst int
+	extra      []string
 }
 
 // proc is one run of kcm.
@@ -105,9 +119,13 @@ func kcmArgs(c *cluster, o kcmOptions, stats string) []string {
 	args := []string{
 		"--kubeconfig=" + c.Kubeconfig(), "--leader-elect=false", "--secure-port=0",
 		"--controllers=*,-kube-apiserver-serving-clustertrustbundle-publisher-controller",
-		"--kube-api-qps=200", "--kube-api-burst=400",
 		"--boltinformer-mode=" + o.mode, "--boltinformer-stats=" + stats,
 	}
+	qps, burst := o.qps, o.burst
+	if qps == 0 {
+		qps, burst = 200, 400
+	}
+	args = append(args, fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", burst))
 	if o.cache != "" {
 		args = append(args, "--boltinformer-cache="+o.cache)
 	}
