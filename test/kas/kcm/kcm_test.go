@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -171,6 +172,9 @@ func startKCM(t *testing.T, c *cluster, o kcmOptions) *proc {
 // stop stops kcm with SIGTERM (a clean stop: the file is flushed).
 func (k *proc) stop(t *testing.T) {
 	t.Helper()
+	if k.p.Exited() {
+		t.Fatalf("kcm exited before it was stopped: %v\n%s", k.p.Err(), tailFile(k.log, 30))
+	}
 	if err := k.p.Stop(90 * time.Second); err != nil {
 		t.Fatalf("kcm did not stop cleanly: %v\n%s", err, tailFile(k.log, 30))
 	}
@@ -218,8 +222,9 @@ func (k *proc) tryStats() (statsFile, error) {
 }
 
 // freshStats waits until kcm's stats file shows its controllers started
-// and every persistent informer fresh, and returns it.
-func (k *proc) freshStats(t *testing.T) statsFile {
+// and every persistent informer fresh (only those named, if any), and
+// returns it.
+func (k *proc) freshStats(t *testing.T, only ...string) statsFile {
 	t.Helper()
 	var s statsFile
 	converge(t, "kcm's informers fresh", func(context.Context) string {
@@ -232,8 +237,13 @@ func (k *proc) freshStats(t *testing.T) statsFile {
 		}
 		var stale []string
 		for name, h := range s.Informers {
-			if !h.Fresh {
+			if !h.Fresh && (len(only) == 0 || slices.Contains(only, name)) {
 				stale = append(stale, name)
+			}
+		}
+		for _, name := range only {
+			if _, ok := s.Informers[name]; !ok {
+				stale = append(stale, name+" (not made yet)")
 			}
 		}
 		if len(stale) > 0 {
