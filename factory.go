@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -80,6 +81,21 @@ type FactoryOptions struct {
 	// resources are known to the server alone): Start logs a warning for
 	// an entry that no informer has matched.
 	Keyrings map[string]*Keyring
+	// Transform is applied to every object of every informer of the
+	// factory (typed, dynamic and metadata-only: it gets each of these
+	// types) before it is stored, as informers.WithTransform does for
+	// client-go's factory; kube-controller-manager trims managedFields.
+	// Objects are stored after it, so Informer.TransformID must name it:
+	// NewFactory refuses a Transform without one, and a file saved under
+	// another TransformID is not resumed (a cold start).
+	Transform cache.TransformFunc
+	// InformerName is what InformerName returns, as
+	// informers.WithInformerName gives client-go's factory: the generated
+	// informers that the factory keeps in memory (client-go's own)
+	// register their resource under it and publish client-go's informer
+	// metrics; the persistent ones publish boltinformer's (Options.
+	// Registerer). Shutdown releases it.
+	InformerName *cache.InformerName
 	// Scopes give the resources they name their own namespace and list
 	// options, instead of Namespace and TweakListOptions: one factory
 	// watches, say, the Pods bound to one node in every namespace
@@ -140,6 +156,11 @@ type Factory struct {
 	// (NewSharedInformerFactory could not build a persistent factory).
 	memoryOnly error
 
+	// probing is set while the prober builds an informer: InformerName
+	// returns nil then, so that the throwaway informer registers nothing
+	// under the name.
+	probing atomic.Bool
+
 	// mu guards everything below, and serializes probes. Lock order: mu
 	// before the DB's locks.
 	mu           sync.Mutex
@@ -150,6 +171,8 @@ type Factory struct {
 	matched      map[*keyringEntry]bool   // Keyrings entries an informer used
 	shuttingDown bool
 	wg           sync.WaitGroup
+	// meta is the state of the metadata-only informers (MetadataFactory).
+	metadataInformers metadataState
 }
 
 // factoryEntry is one informer of the factory.
@@ -159,7 +182,11 @@ type factoryEntry struct {
 	inMemory   error     // why it is in memory
 	typ        reflect.Type
 	dynamic    bool
-	started    bool
+	// metadata marks a MetadataFactory's informer, of resource gvr: its
+	// Start, not the Factory's, starts it.
+	metadata bool
+	gvr      schema.GroupVersionResource
+	started  bool
 }
 
 var _ informers.SharedInformerFactory = (*Factory)(nil)
@@ -194,9 +221,10 @@ func NewFactory(db *DB, config *rest.Config, opts *FactoryOptions) (*Factory, er
 //
 // With a clientset that has a REST transport (its CoreV1().RESTClient()
 // is a *rest.RESTClient), the factory reuses its HTTP client (credentials,
-// TLS, user agent) for metadata-only lists and dynamic informers. The
-// cluster identity is IdentityNamespaceUID's lookup through client (or
-// ClusterID); IdentityEndpoint needs a rest.Config (NewFactory).
+// TLS, user agent) and its rate limiter for metadata-only lists and
+// informers and for dynamic informers. The cluster identity is
+// IdentityNamespaceUID's lookup through client (or ClusterID);
+// IdentityEndpoint needs a rest.Config (NewFactory).
 //
 // A client without a REST transport (the fake clientset) is for tests:
 // its objects carry no resourceVersion and its watch does not replay
@@ -220,6 +248,14 @@ func NewFactoryForClient(db *DB, client kubernetes.Interface, opts *FactoryOptio
 		u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/api/v1")
 		u.RawQuery = ""
 		config, hc = &rest.Config{Host: u.String(), UserAgent: rest.DefaultKubernetesUserAgent()}, rc.Client
+		// The metadata and dynamic clients share the clientset's rate
+		// limiter (none when it has none), not client-go's default of 5
+		// requests per second.
+		if rl := rc.GetRateLimiter(); rl != nil {
+			config.RateLimiter = rl
+		} else {
+			config.QPS = -1
+		}
 	}
 	return newFactory(db, client, config, hc, nil, opts)
 }
@@ -276,6 +312,9 @@ func newFactory(db *DB, client kubernetes.Interface, config *rest.Config, hc *ht
 		if v != "" {
 			return nil, fmt.Errorf("boltinformer: factory: FactoryOptions.%s is set by the factory for each informer; %q would be ignored", field, v)
 		}
+	}
+	if o.Transform != nil && o.Informer.TransformID == "" {
+		return nil, errors.New("boltinformer: factory: FactoryOptions.Transform needs Informer.TransformID, its fingerprint: objects are stored after the transform, and a file saved with another transform must not be resumed")
 	}
 	keyrings, err := parseKeyrings(o.Keyrings)
 	if err != nil {

@@ -49,6 +49,7 @@ func (f *Factory) InformerFor(obj runtime.Object, newFunc internalinterfaces.New
 		e.informer, e.persistent = inf, inf
 		f.byName[inf.Name()] = e
 	}
+	f.setTransformLocked(e)
 	f.byType[typ] = e
 	f.entries = append(f.entries, e)
 	return e.informer
@@ -76,12 +77,17 @@ func (f *Factory) persistentLocked(obj runtime.Object, newFunc internalinterface
 			return nil, newFunc, err
 		}
 	}
+	f.probing.Store(true)
 	sc, err := f.prober.probe(newFunc, f.opts.ResyncPeriod)
+	f.probing.Store(false)
 	if err != nil {
 		return nil, newFunc, fmt.Errorf("what the informer lists is not known: %w", err)
 	}
 	if sc.gvr.GroupVersion() != gvks[0].GroupVersion() {
 		return nil, newFunc, fmt.Errorf("the informer lists %s, not objects of %s like %T", sc.gvr, gvks[0].GroupVersion(), obj)
+	}
+	if kind, ok := builtinKinds()[sc.gvr]; !ok || kind != gvks[0] {
+		return nil, newFunc, fmt.Errorf("the informer lists %s, not %s like %T", sc.gvr, gvks[0].Kind, obj)
 	}
 	// A generated informer of the group accessors asks for the factory's
 	// scope: a Scopes entry naming its resource replaces it.
@@ -264,6 +270,7 @@ func (f *Factory) DynamicInformer(gvr schema.GroupVersionResource, indexers cach
 		return nil, err
 	}
 	e := &factoryEntry{informer: inf, persistent: inf, dynamic: true, typ: reflect.TypeOf(&unstructured.Unstructured{})}
+	f.setTransformLocked(e)
 	f.byName[name] = e
 	f.entries = append(f.entries, e)
 	return inf, nil
@@ -316,9 +323,29 @@ func (g *genericInformer) Lister() cache.GenericLister {
 	return cache.NewGenericLister(g.informer.GetIndexer(), g.resource)
 }
 
-// InformerName returns nil: the factory's informers publish boltinformer's
-// metrics (Options.Registerer), not client-go's informer metrics.
-func (f *Factory) InformerName() *cache.InformerName { return nil }
+// InformerName returns FactoryOptions.InformerName (nil by default):
+// generated informers register their resource under it, and those the
+// factory keeps in memory (client-go's own) publish client-go's informer
+// metrics under it. Persistent informers publish boltinformer's metrics
+// (Options.Registerer) instead.
+func (f *Factory) InformerName() *cache.InformerName {
+	if f.probing.Load() {
+		return nil // the probe's throwaway informer must not take the name
+	}
+	return f.opts.InformerName
+}
+
+// setTransformLocked gives e's informer, not yet started, the factory's
+// transform (FactoryOptions.Transform). The caller holds mu.
+func (f *Factory) setTransformLocked(e *factoryEntry) {
+	if f.opts.Transform == nil {
+		return
+	}
+	if err := e.informer.SetTransform(f.opts.Transform); err != nil {
+		// Only a started informer refuses it, and e's was just built.
+		f.logger.Error(err, "The factory's transform could not be set", "type", e.typ.String())
+	}
+}
 
 // Start runs every informer not yet started, until stopCh is closed. It
 // does not block; Shutdown waits for them.
@@ -341,7 +368,7 @@ func (f *Factory) StartWithContext(ctx context.Context) {
 		}
 	}
 	for _, e := range f.entries {
-		if e.started {
+		if e.started || e.metadata {
 			continue
 		}
 		e.started = true
@@ -349,14 +376,18 @@ func (f *Factory) StartWithContext(ctx context.Context) {
 	}
 }
 
-// Shutdown marks the factory as shutting down (Start then starts nothing)
-// and waits for every started informer to return: cancel the context
-// given to Start first. The DB stays open: Close it after.
+// Shutdown marks the factory as shutting down (Start, and its
+// MetadataFactory's, then start nothing), waits for every started
+// informer to return, its metadata informers' too (cancel the contexts
+// given to Start first), and releases FactoryOptions.InformerName, as
+// client-go's factory does. The DB stays open: Close it after.
 func (f *Factory) Shutdown() {
 	f.mu.Lock()
 	f.shuttingDown = true
 	f.mu.Unlock()
 	f.wg.Wait()
+	f.metadataInformers.wg.Wait()
+	f.opts.InformerName.Release()
 }
 
 // WaitForCacheSync waits until every started informer has synced or
@@ -374,7 +405,7 @@ func (f *Factory) WaitForCacheSyncWithContext(ctx context.Context) cache.SyncRes
 	f.mu.Lock()
 	var started []*factoryEntry
 	for _, e := range f.entries {
-		if e.started {
+		if e.started && !e.metadata {
 			started = append(started, e)
 		}
 	}

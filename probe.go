@@ -46,16 +46,16 @@ type probedScope struct {
 	indexers cache.Indexers
 }
 
-// prober builds informers over its own clientset and records their first
-// request. Probes are serialized by the factory's mu.
-type prober struct {
-	client kubernetes.Interface
-	// mu guards cur.
-	mu  sync.Mutex
-	cur *probeRecord
-}
+// prober builds informers over clientsets of its own and records their
+// first request. Probes are serialized by the factory's mu. Each probe has
+// its own clientset, bound to its own record: an informer of an earlier
+// probe may still make a request after it was stopped (client-go's
+// Reflector lists in a goroutine it does not wait for), and that request
+// must not be taken for the current probe's.
+type prober struct{}
 
-// probeRecord is one probe's first request.
+// probeRecord is one probe's first request; it is the transport of the
+// probe's clientset.
 type probeRecord struct {
 	got  chan struct{} // closed at the first request
 	once sync.Once
@@ -63,30 +63,26 @@ type probeRecord struct {
 	verb string
 }
 
-func newProber() (*prober, error) {
-	p := &prober{}
-	// No request leaves: the transport answers, and the host is reserved
-	// (RFC 6761).
-	c, err := kubernetes.NewForConfigAndClient(&rest.Config{Host: "http://boltinformer-probe.invalid"}, &http.Client{Transport: p})
+func newProber() (*prober, error) { return &prober{}, nil }
+
+// client returns a clientset whose requests rec records and fails. No
+// request leaves: the transport answers, and the host is reserved (RFC
+// 6761).
+func (rec *probeRecord) client() (kubernetes.Interface, error) {
+	c, err := kubernetes.NewForConfigAndClient(&rest.Config{Host: "http://boltinformer-probe.invalid"}, &http.Client{Transport: rec})
 	if err != nil {
 		return nil, fmt.Errorf("boltinformer: probe client: %w", err)
 	}
-	p.client = c
-	return p, nil
+	return c, nil
 }
 
-// RoundTrip records the current probe's first request and fails it.
-func (p *prober) RoundTrip(req *http.Request) (*http.Response, error) {
-	p.mu.Lock()
-	rec := p.cur
-	p.mu.Unlock()
-	if rec != nil {
-		rec.once.Do(func() {
-			u := *req.URL
-			rec.url, rec.verb = &u, req.Method
-			close(rec.got)
-		})
-	}
+// RoundTrip records the probe's first request and fails it.
+func (rec *probeRecord) RoundTrip(req *http.Request) (*http.Response, error) {
+	rec.once.Do(func() {
+		u := *req.URL
+		rec.url, rec.verb = &u, req.Method
+		close(rec.got)
+	})
 	return nil, errProbe
 }
 
@@ -95,15 +91,11 @@ func (p *prober) RoundTrip(req *http.Request) (*http.Response, error) {
 // the request lists. example is the object InformerFor was given.
 func (p *prober) probe(newFunc internalinterfaces.NewInformerFunc, resync time.Duration) (probedScope, error) {
 	rec := &probeRecord{got: make(chan struct{})}
-	p.mu.Lock()
-	p.cur = rec
-	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		p.cur = nil
-		p.mu.Unlock()
-	}()
-	inf := newFunc(p.client, resync)
+	client, err := rec.client()
+	if err != nil {
+		return probedScope{}, err
+	}
+	inf := newFunc(client, resync)
 	if inf == nil {
 		return probedScope{}, errors.New("the NewInformerFunc returned no informer")
 	}

@@ -35,7 +35,10 @@ import (
 //     label selector and by field selector (any field by its JSON path,
 //     e.g. spec.nodeName; metadata.namespace for namespaced requests);
 //   - metadata-only lists (Accept: ...;as=PartialObjectMetadataList),
-//     through Source.ListMetadata;
+//     through Source.ListMetadata (an exact read, below, through
+//     Source.GetAt), and metadata-only watches (Accept:
+//     ...;as=PartialObjectMetadata), whose events carry each object's
+//     metadata, as client-go's metadata client asks;
 //   - a LIST with a metadata.name field selector and
 //     resourceVersionMatch=Exact, through Source.GetAt (boltinformer's
 //     exact reads);
@@ -117,6 +120,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, apierrors.NewBadRequest("crashtest: sendInitialEvents is not supported"))
 	case opts.Watch:
 		h.watch(w, r, src, f, opts)
+	case strings.Contains(r.Header.Get("Accept"), "as=PartialObjectMetadataList") && opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact && f.name != "":
+		list := &metav1.PartialObjectMetadataList{ListMeta: metav1.ListMeta{ResourceVersion: opts.ResourceVersion}}
+		list.APIVersion, list.Kind = "meta.k8s.io/v1", "PartialObjectMetadataList"
+		obj, err := src.GetAt(r.Context(), namespace, f.name, opts.ResourceVersion)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			writeStatus(w, err)
+			return
+		default:
+			m, err := asMetadata(obj)
+			if err != nil {
+				writeStatus(w, err)
+				return
+			}
+			list.Items = []metav1.PartialObjectMetadata{*m}
+		}
+		writeJSON(w, http.StatusOK, list)
 	case strings.Contains(r.Header.Get("Accept"), "as=PartialObjectMetadataList"):
 		list, err := src.ListMetadata(r.Context(), opts)
 		if err != nil {
@@ -183,6 +204,7 @@ func (h *Handler) watch(w http.ResponseWriter, r *http.Request, src *Source, f *
 		return
 	}
 	defer wi.Stop()
+	metadataOnly := strings.Contains(r.Header.Get("Accept"), "as=PartialObjectMetadata")
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
@@ -200,7 +222,7 @@ func (h *Handler) watch(w http.ResponseWriter, r *http.Request, src *Source, f *
 			if e.Type != watch.Error && e.Type != watch.Bookmark && !f.matches(e.Object) {
 				continue
 			}
-			raw, err := runtime.Encode(jsonCodec, e.Object)
+			raw, err := encodeEvent(e, metadataOnly)
 			if err != nil {
 				return
 			}
@@ -375,4 +397,28 @@ func writeStatus(w http.ResponseWriter, err error) {
 		code = http.StatusInternalServerError
 	}
 	writeJSON(w, code, &s)
+}
+
+// encodeEvent is e's object as JSON; its metadata alone for a
+// metadata-only watch (but an error's Status).
+func encodeEvent(e watch.Event, metadataOnly bool) ([]byte, error) {
+	if !metadataOnly || e.Type == watch.Error {
+		return runtime.Encode(jsonCodec, e.Object)
+	}
+	m, err := asMetadata(e.Object)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(m)
+}
+
+// asMetadata is obj's metadata, as a metadata-only request gets it.
+func asMetadata(obj runtime.Object) (*metav1.PartialObjectMetadata, error) {
+	a, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	m := meta.AsPartialObjectMetadata(a)
+	m.APIVersion, m.Kind = "meta.k8s.io/v1", "PartialObjectMetadata"
+	return m, nil
 }

@@ -1,9 +1,13 @@
 package crashtest_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,5 +144,58 @@ func TestHandler(t *testing.T) {
 	pods.SetDown(true)
 	if _, err := podsAPI.List(ctx, metav1.ListOptions{}); !apierrors.IsServiceUnavailable(err) {
 		t.Fatalf("down: %v", err)
+	}
+}
+
+// Metadata-only requests get metadata only, as from kube-apiserver: a
+// watch's events carry PartialObjectMetadata (no spec), and an exact read
+// one PartialObjectMetadata at that resourceVersion.
+func TestHandlerMetadataOnly(t *testing.T) {
+	h := crashtest.NewHistory(5, &crashtest.HistoryOptions{Keys: 10, Namespaces: 1, Nodes: 1})
+	pods := h.Source(0, 20)
+	handler := crashtest.NewHandler()
+	handler.Serve(corev1.SchemeGroupVersion.WithResource("pods"), pods)
+	srv := httptest.NewServer(handler)
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a bound against a hang
+	defer cancel()
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/api/v1/pods?watch=true&resourceVersion=19", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	line, err := bufio.NewReader(resp.Body).ReadBytes('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e metav1.WatchEvent
+	if err := json.Unmarshal(line, &e); err != nil {
+		t.Fatal(err)
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(e.Object.Raw, &obj); err != nil {
+		t.Fatal(err)
+	}
+	if obj["kind"] != "PartialObjectMetadata" || obj["spec"] != nil || obj["metadata"] == nil {
+		t.Fatalf("metadata-only watch event %s: %s", e.Type, e.Object.Raw)
+	}
+
+	mc, err := metadata.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := h.Event(10).Key
+	ns, name, _ := strings.Cut(key, "/")
+	exact, err := mc.Resource(corev1.SchemeGroupVersion.WithResource("pods")).Namespace(ns).List(ctx, metav1.ListOptions{
+		FieldSelector: "metadata.name=" + name, ResourceVersion: "10", ResourceVersionMatch: metav1.ResourceVersionMatchExact,
+	})
+	if err != nil || len(exact.Items) != 1 || exact.Items[0].ResourceVersion != "10" || exact.Items[0].Name != name {
+		t.Fatalf("metadata exact read of %s at 10: %v %+v", key, err, exact)
 	}
 }

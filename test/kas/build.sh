@@ -3,6 +3,7 @@
 # none for the current sources, and prints its path on stdout.
 #
 #   KAS=$(test/kas/build.sh)
+#   KCM=$(test/kas/build.sh kcm)      # kube-controller-manager on boltinformer (cmd/kcm)
 #
 # Cache: ${KAS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/boltinformer}/kas-<hash>/kas.
 # A cold build takes ~6 minutes on 2 cores and ~3 GB of RAM (the linker); a
@@ -10,4 +11,4 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 export GOWORK=off
-exec go run ./cmd/kas-build
+exec go run ./cmd/kas-build "$@"

@@ -63,7 +63,7 @@ func Build(ctx context.Context, opts Options) (Result, error) {
 	dir := filepath.Dir(res.Binary)
 	info := fmt.Sprintf("built %s in %s with %s\n", time.Now().UTC().Format(time.RFC3339), res.Duration.Round(time.Second), runtime.Version())
 	_ = os.WriteFile(filepath.Join(dir, "build-info"), []byte(info), 0o644)
-	prune(cache, filepath.Base(dir), PruneAge, logger(opts))
+	prune(cache, "kas-", filepath.Base(dir), PruneAge, logger(opts))
 	return res, nil
 }
 
@@ -72,6 +72,7 @@ type target struct {
 	env  string // a path that replaces the build, e.g. $KAS_BINARY
 	name string // the binary's name, and its cache entry's prefix
 	pkg  string // what go build builds, in the module's directory
+	tags string // go build -tags, if any
 	cost string // what a cold build costs, for the log
 	// hash names the sources' version, given the module's directory.
 	hash func(mod string) (string, error)
@@ -140,7 +141,11 @@ func buildCached(ctx context.Context, opts Options, t target) (Result, string, e
 	logf("kasbuild: building %s (%s) into %s", t.name, t.cost, dir)
 	tmp := filepath.Join(dir, fmt.Sprintf(".%s.tmp%d", t.name, os.Getpid()))
 	defer os.Remove(tmp)
-	args := []string{"-n", "10", "go", "build", "-buildvcs=false", "-o", tmp, "-ldflags", LDFlags, t.pkg}
+	args := []string{"-n", "10", "go", "build", "-buildvcs=false", "-o", tmp, "-ldflags", LDFlags}
+	if t.tags != "" {
+		args = append(args, "-tags", t.tags)
+	}
+	args = append(args, t.pkg)
 	cmd := exec.CommandContext(ctx, "nice", args...)
 	if _, err := exec.LookPath("nice"); err != nil {
 		cmd = exec.CommandContext(ctx, "go", args[2:]...)
@@ -165,16 +170,16 @@ func buildCached(ctx context.Context, opts Options, t target) (Result, string, e
 // removes the other entries that no one has used for that long.
 const PruneAge = 7 * 24 * time.Hour
 
-// prune removes the kas-<hash> entries of cache other than keep whose
+// prune removes the <prefix><hash> entries of cache other than keep whose
 // directory was last touched more than maxAge ago and whose lock is free.
-func prune(cache, keep string, maxAge time.Duration, logf func(string, ...any)) {
+func prune(cache, prefix, keep string, maxAge time.Duration, logf func(string, ...any)) {
 	ents, err := os.ReadDir(cache)
 	if err != nil {
 		return
 	}
 	for _, e := range ents {
 		name := e.Name()
-		if !e.IsDir() || name == keep || !strings.HasPrefix(name, "kas-") {
+		if !e.IsDir() || name == keep || !strings.HasPrefix(name, prefix) {
 			continue
 		}
 		info, err := e.Info()

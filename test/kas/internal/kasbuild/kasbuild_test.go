@@ -89,7 +89,7 @@ func TestPrune(t *testing.T) {
 			}
 		}
 	}
-	prune(cache, "kas-keep", PruneAge, t.Logf)
+	prune(cache, "kas-", "kas-keep", PruneAge, t.Logf)
 	for name, want := range map[string]bool{"kas-old": false, "kas-keep": true, "kas-recent": true, "other": true} {
 		_, err := os.Stat(filepath.Join(cache, name))
 		if got := err == nil; got != want {
@@ -121,5 +121,38 @@ func TestBuildCached(t *testing.T) {
 	}
 	if second.Binary != want || second.Built {
 		t.Fatalf("second call = %+v, want the cached %s", second, want)
+	}
+}
+
+// TestKCMSourceHash: kcm's hash follows cmd/kcm and the library module
+// it links (../..), but not the library's tests, its other modules, or
+// the rest of the kas module.
+func TestKCMSourceHash(t *testing.T) {
+	lib := t.TempDir()
+	dir := filepath.Join(lib, "test", "kas")
+	writeFile(t, filepath.Join(lib, "go.mod"), "module example.com/lib\n")
+	writeFile(t, filepath.Join(lib, "go.sum"), "")
+	writeFile(t, filepath.Join(lib, "lib.go"), "package lib\n")
+	writeFile(t, filepath.Join(lib, "store", "store.go"), "package store\n")
+	writeFile(t, filepath.Join(dir, "go.mod"), "module "+ModulePath+"\n")
+	writeFile(t, filepath.Join(dir, "go.sum"), "")
+	writeFile(t, filepath.Join(dir, "cmd/kcm/main.go"), "package main\n")
+	h0, err := KCMSourceHash(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"lib_test.go", "store/store_test.go", "other/go.mod", "other/other.go", "test/kas/harness/h.go", "test/kas/cmd/kas/main.go", "README.md"} {
+		writeFile(t, filepath.Join(lib, f), "// not in kcm\n")
+		if h, err := KCMSourceHash(dir); err != nil || h != h0 {
+			t.Fatalf("hash changed with %s (%v)", f, err)
+		}
+	}
+	for _, f := range []string{"lib.go", "store/store.go", "go.sum", "test/kas/cmd/kcm/main.go", "test/kas/go.mod"} {
+		writeFile(t, filepath.Join(lib, f), "// changed\n")
+		h, err := KCMSourceHash(dir)
+		if err != nil || h == h0 {
+			t.Fatalf("hash did not change with %s (%v)", f, err)
+		}
+		h0 = h
 	}
 }
