@@ -76,6 +76,11 @@ func persist(ctx context.Context, c *config.CompletedConfig, root clientbuilder.
 			TransformID:  trimID,
 			SyncPolicy:   policy,
 			FreshTimeout: b.freshTimeout,
+			// Fresh by a bookmark only: the metadata list of every object
+			// that small caches make at once by default carries
+			// managedFields (the transform trims them client side), which
+			// the apiserver-bytes target of issue 25 cannot afford.
+			FreshListMax: -1,
 		},
 	})
 	if err != nil {
