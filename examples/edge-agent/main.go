@@ -239,7 +239,9 @@ func run(ctx context.Context, c *config, stdout io.Writer) error {
 		cancel()
 		f.Shutdown() // before db.Close: the informers stop, then the file is flushed
 	}()
-	if !cache.WaitForCacheSync(ctx.Done(), a.synced) {
+	// Waits on the informers' sync channels: cache.WaitForCacheSync polls
+	// every 100 ms, which would be most of a warm start.
+	if !cache.WaitFor(ctx, "edge agent", a.syncedCheckers()...) {
 		// Only ctx ends the wait: a signal or -duration.
 		return fmt.Errorf("%w (%v); not synced: %s", errStoppedBeforeSync, context.Cause(ctx), strings.Join(a.unsynced(), ", "))
 	}
