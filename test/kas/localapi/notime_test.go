@@ -43,10 +43,10 @@ import (
 )
 
 // notimeRoundsEnv sets the rounds of TestRegressionNoTimeTravelAfterKill
-// (default 3, 8 with BOLTINFORMER_HEAVY=1): even rounds restart the agent
-// online, odd ones offline first. A round can take a minute: client-go's
-// informer backs off (up to 30s, with jitter) after each kill, and its
-// backoff resets only after two minutes without one.
+// (default 3; `BOLTINFORMER_HEAVY=1 make test` sets 8): even rounds
+// restart the agent online, odd ones offline first. A round can take a
+// minute: client-go's informer backs off (up to 30s, with jitter) after
+// each kill, and its backoff resets only after two minutes without one.
 const notimeRoundsEnv = "BOLTINFORMER_NOTIME_ROUNDS"
 
 // The agent's Pod informer, as the factory names it.
@@ -712,9 +712,6 @@ func (l *liveSet) pick(remove bool) string {
 // clients had seen.
 func TestRegressionNoTimeTravelAfterKill(t *testing.T) {
 	rounds := 3
-	if os.Getenv("BOLTINFORMER_HEAVY") == "1" {
-		rounds = 8
-	}
 	if s := os.Getenv(notimeRoundsEnv); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
@@ -783,8 +780,9 @@ func TestRegressionNoTimeTravelAfterKill(t *testing.T) {
 		select {
 		case <-killed:
 		case <-burstDone:
-			// The watch lags the burst; a few patches may have found their
-			// Pod deleted: kill at its last event if it gets no further.
+			// The watch lags the burst, and a patch that found its Pod
+			// deleted makes no event: kill after the burst if the watch
+			// gets no further.
 			select {
 			case <-killed:
 			case <-time.After(time.Minute):
@@ -795,7 +793,9 @@ func TestRegressionNoTimeTravelAfterKill(t *testing.T) {
 		trigger.Store(nil)
 		a.kill()
 
-		// Offline, before any restart: the file holds what the clients saw.
+		// Offline, before any restart: the file holds what the clients saw
+		// (once they have taken in what the agent sent before it died).
+		settle(models)
 		fileRV, objs := fileState(t, path, ns)
 		<-burstDone // the server's state for the check of keys deleted since
 		onServer := map[string]bool{}
@@ -804,19 +804,22 @@ func TestRegressionNoTimeTravelAfterKill(t *testing.T) {
 		}
 		ahead := checkFile(t, fileRV, objs, onServer, models...)
 		s := watchM.snapshot()
-		t.Logf("round %d: killed at the plain watch's event %d of the burst (rv %s); file at rv %s with %d pods; clients' highest rv: %s; keys the file holds later than a client saw: %d",
+		t.Logf("round %d: killed at the plain watch's event %d of the burst (its highest rv %s); file at rv %s with %d pods; clients' highest rv: %s; keys the file holds later than a client saw: %d",
 			round, killAt-base, s.maxRV, fileRV, len(objs), maxSeen(models), ahead)
 		checkViolations(t, fmt.Sprintf("round %d, before the restart", round), models...)
 
 		t.Logf("round %d: killed and checked: %s", round, time.Since(start).Round(time.Millisecond))
-		reconnected := func(what string) {
+		// The agent is down: a watch accepted from now on is the restarted
+		// agent's.
+		restart := func(kubeconfig, what string) *agentProc {
 			t.Helper()
 			w0 := watchM.snapshot().watches
-			waitFor(t, what, func() bool { return watchM.snapshot().watches > w0 })
+			p := startAgentOn(t, dir, addr, 0, kubeconfig)
+			waitFor(t, "the plain watch to watch the "+what+" agent", func() bool { return watchM.snapshot().watches > w0 })
+			return p
 		}
 		if offlineRound {
-			a = startAgentOn(t, dir, addr, 0, offline)
-			reconnected("the plain watch to watch the offline agent")
+			a = restart(offline, "offline")
 			t.Logf("round %d: offline agent serves: %s", round, time.Since(start).Round(time.Millisecond))
 			converge(t, fmt.Sprintf("round %d, offline restart (the file's content)", round), objs, inf, models...)
 			a.kill()
@@ -824,8 +827,7 @@ func TestRegressionNoTimeTravelAfterKill(t *testing.T) {
 				t.Errorf("round %d: the offline agent changed the file: rv %s -> %s, %d -> %d pods", round, fileRV, rv, len(objs), len(again))
 			}
 		}
-		a = startAgentOn(t, dir, addr, 0, cluster.Kubeconfig())
-		reconnected("the plain watch to watch the restarted agent")
+		a = restart(cluster.Kubeconfig(), "online")
 		t.Logf("round %d: online agent serves: %s", round, time.Since(start).Round(time.Millisecond))
 		converge(t, fmt.Sprintf("round %d, online restart (kube-apiserver's state)", round), serverPods(t, cs, ns), inf, models...)
 		t.Logf("round %d: %s", round, time.Since(start).Round(time.Millisecond))
@@ -840,6 +842,29 @@ func TestRegressionNoTimeTravelAfterKill(t *testing.T) {
 	infM.mu.Unlock()
 	if !t.Failed() {
 		t.Logf("%d rounds of %d changes, SIGKILL mid-burst, restarts online and offline: no client saw a resourceVersion go back; %s", rounds, changes, strings.Join(sum, "; "))
+	}
+}
+
+// settle waits until no model has taken in an event for 250ms (at most 5
+// s): the events the agent sent before it was killed reach the clients'
+// handlers after the kill.
+func settle(models []*rvModel) {
+	count := func() (n int) {
+		for _, m := range models {
+			n += m.snapshot().events
+		}
+		return n
+	}
+	last, still := count(), 0
+	for range 100 {
+		time.Sleep(50 * time.Millisecond)
+		if n := count(); n != last {
+			last, still = n, 0
+			continue
+		}
+		if still++; still == 5 {
+			return
+		}
 	}
 }
 
