@@ -13,6 +13,11 @@
 // listeners (a 0600 Unix socket, 127.0.0.1 with a bearer token) and a
 // kubeconfig for clients.
 //
+// It serves only what the cache file holds: an informer's change reaches
+// it once the group commit that wrote it has succeeded (Observe), so no
+// client sees a resourceVersion that a crash and a restart of the agent
+// take back.
+//
 // It never writes: every write verb is refused with a 405 Status, and the
 // cache file is never touched. It does no admission, no authorization
 // beyond the socket's mode or the one bearer token, no conversion between
