@@ -71,7 +71,7 @@
 // besides the watch, one read of one object's metadata and, when no
 // bookmark comes within FreshBookmarkWait, one metadata list of the
 // informer's scope (an informer of at most
-// boltinformer.DefaultFreshListMax objects, 1000, lists at once, beside
+// boltinformer.DefaultFreshListMax objects, 10000, lists at once, beside
 // the bookmark wait). With NoReplayDownDeletes too, a warm start makes no
 // read beyond its watch.
 //

@@ -7,10 +7,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	corev1listers "k8s.io/client-go/listers/core/v1"
 	clientfeatures "k8s.io/client-go/features"
 	clientfeaturestesting "k8s.io/client-go/features/testing"
 	"k8s.io/client-go/tools/cache"
@@ -112,6 +116,84 @@ func TestBenchmarkFreshTimes(t *testing.T) {
 				return d
 			}
 		}
+		// The edge agent's start (SyncAfterDiskLoad): how soon the lister
+		// answers with every object, or a handler added before Run has
+		// every object; and a durable handler's notifications (logged).
+		agentStart := func(handler bool) func() time.Duration {
+			return func() time.Duration {
+				change(max(n/100, 1))
+				t0 := time.Now()
+				db, err := boltinformer.Open(path, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f, err := boltinformer.NewFactory(db, agentConfig(c.RESTConfig(), newTransport(&meter{})), &boltinformer.FactoryOptions{
+					Namespace: ns, ClusterID: "fleet",
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				inf, err := f.PersistentInformer(&corev1.Pod{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var adds atomic.Int64
+				all := make(chan struct{})
+				if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) {
+					if adds.Add(1) == int64(n) {
+						close(all)
+					}
+				}}); err != nil {
+					t.Fatal(err)
+				}
+				var durable atomic.Int64
+				var keysMu sync.Mutex
+				keys := map[string]bool{}
+				count := func(obj any) {
+					durable.Add(1)
+					if k, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+						keysMu.Lock()
+						keys[k] = true
+						keysMu.Unlock()
+					}
+				}
+				if _, err := inf.AddDurableEventHandler("bench", cache.ResourceEventHandlerFuncs{AddFunc: count, UpdateFunc: func(_, o any) { count(o) }, DeleteFunc: count}, cache.HandlerOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				var d time.Duration
+				if !handler {
+					objs, err := corev1listers.NewPodLister(inf.GetIndexer()).List(labels.Everything())
+					if err != nil || len(objs) != n {
+						t.Fatalf("lister: %d objects, %v", len(objs), err)
+					}
+					d = time.Since(t0)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				f.StartWithContext(ctx)
+				if handler {
+					<-all
+					d = time.Since(t0)
+				}
+				if !cache.WaitFor(t.Context(), "warm", inf.HasSyncedChecker()) {
+					t.Fatal("not synced")
+				}
+				for deadline := time.Now().Add(10 * time.Second); !inf.Health().Fresh && time.Now().Before(deadline); {
+					time.Sleep(10 * time.Millisecond)
+				}
+				time.Sleep(300 * time.Millisecond) // the watch's backlog, to the durable handler (a count, not a time)
+				if inf.Decision().Warm {
+					keysMu.Lock()
+					t.Logf("warm start (SyncAfterDiskLoad): a durable handler got %d notifications of %d objects, for %d of them (%d changed while down, each written twice: spec and status)", durable.Load(), n, len(keys), max(n/100, 1))
+					keysMu.Unlock()
+				}
+				cancel()
+				f.Shutdown()
+				if err := db.Close(); err != nil {
+					t.Fatal(err)
+				}
+				return d
+			}
+		}
 		coldStart := func(list bool) func() time.Duration {
 			return func() time.Duration {
 				clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, !list)
@@ -132,15 +214,18 @@ func TestBenchmarkFreshTimes(t *testing.T) {
 		}
 		warmStart := func(listMax int) func() time.Duration { return start(listMax, true) }
 		start(0, false)() // the file, once
+		agentStart(false)() // the durable handler's position, once
 		variants := []struct {
 			name string
 			run  func() time.Duration
 		}{
 			{"client-go cold, clientset (protobuf, WatchList: the default)", coldStart(false)},
 			{"client-go cold, clientset (protobuf, LIST)", coldStart(true)},
-			{"warm, the Factory's defaults (a bookmark; the metadata list at once up to 1,000 objects)", warmStart(0)},
+			{"warm, the Factory's defaults (the metadata list at once up to 10,000 objects, else a bookmark)", warmStart(0)},
 			{"warm, by a bookmark only (FreshListMax -1)", warmStart(-1)},
 			{"warm, the metadata list at once (FreshListMax 1,000,000)", warmStart(1_000_000)},
+			{"warm, SyncAfterDiskLoad: the lister's first answer (every object)", agentStart(false)},
+			{"warm, SyncAfterDiskLoad: a handler added before Run has every object", agentStart(true)},
 		}
 		times := make([][]time.Duration, len(variants))
 		for range runs {
