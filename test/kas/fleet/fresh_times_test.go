@@ -14,9 +14,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	corev1listers "k8s.io/client-go/listers/core/v1"
 	clientfeatures "k8s.io/client-go/features"
 	clientfeaturestesting "k8s.io/client-go/features/testing"
+	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/boltinformer/boltinformer"
@@ -213,7 +213,7 @@ func TestBenchmarkFreshTimes(t *testing.T) {
 			}
 		}
 		warmStart := func(listMax int) func() time.Duration { return start(listMax, true) }
-		start(0, false)() // the file, once
+		start(0, false)()   // the file, once
 		agentStart(false)() // the durable handler's position, once
 		variants := []struct {
 			name string
