@@ -367,3 +367,36 @@ func (f *cacheFile) openPods(lw cache.ListerWatcher, opts *boltinformer.Informer
 	}
 	return inf
 }
+
+// TestFreshBookmarkWholeScopeRead: a scope of at most one object (many of a
+// controller manager's informers watch resources that have none or one) is
+// read whole by the one-object read of the server's resourceVersion R: the
+// warm start is fresh at R without waiting for a bookmark, though the
+// cluster has moved on: at once when the cache holds the scope as the
+// server has it, and once the resumed watch has brought the difference
+// when it does not (the one object deleted while down).
+func TestFreshBookmarkWholeScopeRead(t *testing.T) {
+	for _, deleted := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unchanged", true: "deleted while down"}[deleted], func(t *testing.T) {
+			f := newCacheFile(t, 1)
+			if deleted {
+				if err := f.src.Delete(sortedKeys(f.src.Objects())[0]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out := testobj.Pod(100, 1, 1, "")
+			out.Namespace = "other" // moves the server, not the scope
+			if _, err := f.src.Create(out); err != nil {
+				t.Fatal(err)
+			}
+			lw := &scoped{Source: f.src}
+			inf := f.openPods(lw, &boltinformer.InformerOptions{
+				SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, FreshListMax: -1, Metadata: lw})
+			runInformer(t, inf)
+			waitFor(t, "HasSynced without a bookmark", inf.HasSynced)
+			if h := inf.Health(); !h.Fresh || h.FreshResourceVersion != f.src.ResourceVersion() || inf.Indexer().Len() != map[bool]int{false: 1, true: 0}[deleted] {
+				t.Fatalf("health %+v, %d objects; want fresh at %s with the server's scope", h, inf.Indexer().Len(), f.src.ResourceVersion())
+			}
+		})
+	}
+}

@@ -289,6 +289,28 @@ func (t *Tracker) compareServerVersion(list *metav1.PartialObjectMetadataList) b
 		t.o.Logger.Info("The server's state is older than the cache's (restored or replaced cluster?): the metadata list decides", "server", r, "cache", applied)
 		return false
 	}
+	if list.Continue == "" {
+		// The read holds the whole scope at R (empty, or one object: many
+		// of a controller manager's informers): it is the metadata list
+		// of every object, for free.
+		var plan *Catchup
+		var err error
+		t.o.Cache.Versions(func(applied string, objects iter.Seq2[string, string]) {
+			plan, err = PlanResume(list, metaKey, t.o.ResumedFrom, applied, objects)
+		})
+		switch {
+		case err == nil && plan.Done():
+			t.o.Logger.V(1).Info("Fresh: the cache holds the whole scope as the server has it", "resourceVersion", plan.ResourceVersion)
+			t.mark(plan.ResourceVersion)
+			return true
+		case err == nil:
+			t.catchup = plan
+			t.pending.Store(int64(plan.Pending()))
+		case errors.Is(err, ErrOtherTimeline):
+			t.otherHistory("the read of the whole scope", "err", err)
+			return true
+		}
+	}
 	t.r, t.n = r, n
 	t.target.Store(&r)
 	t.rKnown.Store(true)
