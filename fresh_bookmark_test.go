@@ -48,10 +48,39 @@ func (r *scoped) filter(w watch.Interface, err error) (watch.Interface, error) {
 	if err != nil {
 		return nil, err
 	}
-	return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
-		return e, e.Type == watch.Bookmark || e.Type == watch.Error || inScope(e.Object)
-	}), nil
+	return newScopedWatch(w), nil
 }
+
+// scopedWatch is watch.Filter for the scope, but for a Stop that ends its
+// goroutine even while it sends (watch.Filter's would wait for a reader).
+type scopedWatch struct {
+	inner watch.Interface
+	out   chan watch.Event
+	stop  chan struct{}
+	once  sync.Once
+}
+
+func newScopedWatch(w watch.Interface) *scopedWatch {
+	sw := &scopedWatch{inner: w, out: make(chan watch.Event), stop: make(chan struct{})}
+	go func() {
+		defer close(sw.out)
+		defer w.Stop()
+		for e := range w.ResultChan() {
+			if e.Type != watch.Bookmark && e.Type != watch.Error && !inScope(e.Object) {
+				continue
+			}
+			select {
+			case sw.out <- e:
+			case <-sw.stop:
+				return
+			}
+		}
+	}()
+	return sw
+}
+
+func (sw *scopedWatch) ResultChan() <-chan watch.Event { return sw.out }
+func (sw *scopedWatch) Stop()                          { sw.once.Do(func() { close(sw.stop); sw.inner.Stop() }) }
 
 func (r *scoped) Watch(o metav1.ListOptions) (watch.Interface, error) {
 	r.record(o)
@@ -313,7 +342,9 @@ func TestRegressionFreshBookmarkRestoredPastTheFile(t *testing.T) {
 	inf := f.openPods(lw, &boltinformer.InformerOptions{
 		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, FreshListMax: -1, Metadata: lw})
 	runInformer(t, inf)
-	waitFor(t, "the read of the server's resourceVersion", func() bool { return inf.Health().FreshTarget != "" })
+	// R is known, or the read's count already contradicts the cache
+	// (the watch's events up to R applied first): a relist then.
+	waitFor(t, "the read of the server's resourceVersion", func() bool { return inf.Health().FreshTarget != "" || inf.HasSynced() })
 	restored.Bookmark()
 	waitFor(t, "HasSynced", inf.HasSynced)
 	if d := diffObjects(restored.Objects(), inf.GetStore().List()); d != "" {
