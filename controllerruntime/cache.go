@@ -91,6 +91,14 @@ type Options struct {
 	// NoReplayDownDeletes turns off the delete requests for objects
 	// deleted while the operator was down (see the package doc).
 	NoReplayDownDeletes bool
+	// NoChangedFirst turns off the order of a warm start's requests:
+	// by default a controller gets the objects changed or created while
+	// the operator was down first, as adds that are not in the initial
+	// list (controller-runtime's priority queue reconciles them at
+	// normal priority), then the unchanged ones as initial-list adds (at
+	// handler.LowPriority). See the package doc and
+	// boltinformer.InformerOptions.ChangedFirst.
+	NoChangedFirst bool
 	// PartialRelistRatio is the largest share of an informer's objects
 	// that a relist after a 410 (the saved resourceVersion too old: an
 	// operator down longer than the apiserver's watch history, or an

@@ -100,6 +100,19 @@
 // FreshTimeout has passed without fresh, the start commits and a kill then
 // loses their replay.
 //
+// # What changed while down first
+//
+// At a warm start a controller's handlers get the deletes made while the
+// operator was down, then the objects changed or created meanwhile (their
+// resourceVersion is after the file's) as adds with isInInitialList
+// false, then the unchanged ones as initial-list adds
+// (boltinformer.InformerOptions.ChangedFirst). controller-runtime's
+// priority queue, on by default, reconciles the first at normal priority
+// and the unchanged at handler.LowPriority: what needs work is done
+// before the rest, where stock controller-runtime gives every object as an
+// initial-list add, all at low priority. Options.NoChangedFirst keeps
+// client-go's order.
+//
 // # A relist after a 410
 //
 // An operator down longer than the apiserver's watch history, or an

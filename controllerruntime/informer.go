@@ -245,6 +245,7 @@ func (s *Informer) informerOptions(logger logr.Logger) *boltinformer.InformerOpt
 		Metadata:           s.metadataLister(),
 		Getter:             s.exactGetter(),
 		ReplayDownDeletes:  !c.opts.NoReplayDownDeletes,
+		ChangedFirst:       !c.opts.NoChangedFirst,
 		PartialRelistRatio: c.opts.PartialRelistRatio,
 		Memory:             c.opts.Memory,
 		CacheSize:          c.opts.CacheSize,
