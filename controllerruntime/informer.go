@@ -85,6 +85,7 @@ type Informer struct {
 	transformID string
 	watchErr    toolscache.WatchErrorHandlerWithContext
 	state       runState
+	queues      map[toolscache.ResourceEventHandlerRegistration]*Queue // handlers feeding durable queues
 }
 
 var _ toolscache.SharedIndexInformer = (*Informer)(nil)
@@ -407,13 +408,45 @@ func (s *Informer) AddEventHandlerWithResyncPeriod(handler toolscache.ResourceEv
 	return s.get().AddEventHandlerWithResyncPeriod(handler, resyncPeriod)
 }
 
-// AddEventHandlerWithOptions adds a handler.
+// AddEventHandlerWithOptions adds a handler. The handler of a
+// controller-runtime Kind source whose controller has a durable queue
+// (NewQueue) resumes from the queue's checkpoint when s is persisted
+// (boltinformer.Informer.AddEventHandlerSince): it gets only what
+// changed, appeared or vanished since. Any other handler gets every
+// object.
 func (s *Informer) AddEventHandlerWithOptions(handler toolscache.ResourceEventHandler, options toolscache.HandlerOptions) (toolscache.ResourceEventHandlerRegistration, error) {
-	return s.get().AddEventHandlerWithOptions(handler, options)
+	inner := s.get()
+	if q := durableQueueOf(handler); q != nil {
+		s.mu.Lock()
+		p := s.persistent
+		s.mu.Unlock()
+		if p != nil {
+			reg, err := p.AddEventHandlerSince(handler, q.since(s.name), options)
+			if err != nil {
+				return nil, err
+			}
+			q.track(s.name, reg)
+			s.mu.Lock()
+			if s.queues == nil {
+				s.queues = map[toolscache.ResourceEventHandlerRegistration]*Queue{}
+			}
+			s.queues[reg] = q
+			s.mu.Unlock()
+			return reg, nil
+		}
+	}
+	return inner.AddEventHandlerWithOptions(handler, options)
 }
 
 // RemoveEventHandler removes a handler.
 func (s *Informer) RemoveEventHandler(handle toolscache.ResourceEventHandlerRegistration) error {
+	s.mu.Lock()
+	q := s.queues[handle]
+	delete(s.queues, handle)
+	s.mu.Unlock()
+	if q != nil {
+		q.untrack(handle)
+	}
 	return s.get().RemoveEventHandler(handle)
 }
 
