@@ -47,6 +47,12 @@ func runChild(mode string) int {
 			return 1
 		}
 		return 0
+	case "durable":
+		if err := durableChild(); err != nil {
+			fmt.Fprintln(os.Stderr, "durable child:", err)
+			return 1
+		}
+		return 0
 	}
 	fmt.Fprintf(os.Stderr, "unknown child mode %q\n", mode)
 	return 2
