@@ -88,6 +88,12 @@ type Options struct {
 	// consistent read, faster on small collections, but about as much of
 	// the server's CPU as a cold start).
 	FreshBookmarkWait time.Duration
+	// FreshListMax: a warm-started informer of at most this many objects
+	// also lists metadata at once, beside the wait for a bookmark
+	// (boltinformer.InformerOptions.FreshListMax). 0 means
+	// boltinformer.DefaultFreshListMax; negative waits for the bookmark
+	// only.
+	FreshListMax int
 	// NoReplayDownDeletes turns off the delete requests for objects
 	// deleted while the operator was down (see the package doc).
 	NoReplayDownDeletes bool
@@ -162,6 +168,10 @@ type Cache struct {
 	cluster  string
 	freshFor time.Duration
 	bookmark time.Duration // FreshBookmarkWait, 0 for none
+	// failOnMissing is cache.Options.ReaderFailOnMissingInformer: a read
+	// creates no informer.
+	failOnMissing bool
+	primed        sync.Map // primeKey -> true: informers created (prime.go)
 
 	// failed is closed, with failErr set, when the file fails an informer.
 	failOnce sync.Once
@@ -223,7 +233,7 @@ func New(db *boltinformer.DB, config *rest.Config, copts cache.Options, opts *Op
 		return nil, fmt.Errorf("boltcr: metadata client: %w", err)
 	}
 	c := &Cache{db: db, opts: o, logger: logger, scheme: copts.Scheme, mapper: copts.Mapper, meta: mc, cluster: f.ClusterID(),
-		failed: make(chan struct{})}
+		failed: make(chan struct{}), failOnMissing: copts.ReaderFailOnMissingInformer}
 	switch {
 	case o.FreshTimeout == 0:
 		c.freshFor = DefaultFreshTimeout
@@ -349,6 +359,7 @@ func (c *Cache) RemoveInformer(ctx context.Context, obj client.Object) error {
 	if err := c.Cache.RemoveInformer(ctx, obj); err != nil {
 		return err
 	}
+	c.unprime(obj)
 	c.mu.Lock()
 	var removed []*Informer
 	live := c.informers[:0]

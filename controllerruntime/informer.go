@@ -85,6 +85,7 @@ type Informer struct {
 	transformID string
 	watchErr    toolscache.WatchErrorHandlerWithContext
 	state       runState
+	runAt       time.Time                                              // when Run was first called
 	queues      map[toolscache.ResourceEventHandlerRegistration]*Queue // handlers feeding durable queues
 }
 
@@ -159,6 +160,15 @@ func (s *Informer) Name() string { return s.name }
 
 // GroupVersionKind returns the kind of the informer's objects.
 func (s *Informer) GroupVersionKind() schema.GroupVersionKind { return s.gvk }
+
+// RunAt returns when the informer was started (Run first called; zero
+// before). With its Health's LoadedAfter, FreshAfter and LiveAfter it
+// tells the moments of its start.
+func (s *Informer) RunAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runAt
+}
 
 // Persistent returns the boltinformer.Informer behind s, or nil when s is
 // kept in memory (see NotPersisted) or not built yet.
@@ -243,6 +253,7 @@ func (s *Informer) informerOptions(logger logr.Logger) *boltinformer.InformerOpt
 		SyncPolicy:         boltinformer.SyncAfterFresh,
 		FreshTimeout:       c.freshFor,
 		FreshBookmarkWait:  c.bookmark,
+		FreshListMax:       c.opts.FreshListMax,
 		Metadata:           s.metadataLister(),
 		Getter:             s.exactGetter(),
 		ReplayDownDeletes:  !c.opts.NoReplayDownDeletes,
@@ -342,6 +353,7 @@ func (s *Informer) RunWithContext(ctx context.Context) {
 	state := s.state
 	if state == stateIdle {
 		s.state = stateRunning
+		s.runAt = time.Now()
 	}
 	s.mu.Unlock()
 	switch state {
