@@ -497,5 +497,14 @@ func (q *Queue) Busy() int {
 	return n
 }
 
+// Started reports whether a worker has asked for a request: the
+// controller has started its sources (each handler registered and handed
+// what it resumes with) and its workers.
+func (q *Queue) Started() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.started
+}
+
 // String names the queue.
 func (q *Queue) String() string { return fmt.Sprintf("boltcr durable queue %s", q.name) }
