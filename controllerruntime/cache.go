@@ -322,6 +322,25 @@ func (c *Cache) Start(ctx context.Context) error {
 	return err
 }
 
+// WaitForCacheSync waits until every informer of the cache has synced,
+// as controller-runtime's cache does, without its 100 ms polls: it first
+// waits on each running informer's own signal, then asks
+// controller-runtime's cache (which then finds them synced at its first
+// look).
+func (c *Cache) WaitForCacheSync(ctx context.Context) bool {
+	for _, inf := range c.Informers() {
+		if inf.RunAt().IsZero() {
+			continue // not started yet: controller-runtime's wait covers it
+		}
+		select {
+		case <-inf.HasSyncedChecker().Done():
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return c.Cache.WaitForCacheSync(ctx)
+}
+
 // informerPrefix starts the name of every informer NewCache persists
 // (informerName).
 const informerPrefix = "controller-runtime/"

@@ -428,26 +428,52 @@ func (s *Informer) AddEventHandlerWithResyncPeriod(handler toolscache.ResourceEv
 // object.
 func (s *Informer) AddEventHandlerWithOptions(handler toolscache.ResourceEventHandler, options toolscache.HandlerOptions) (toolscache.ResourceEventHandlerRegistration, error) {
 	inner := s.get()
-	if q := durableQueueOf(handler); q != nil {
-		s.mu.Lock()
-		p := s.persistent
-		s.mu.Unlock()
-		if p != nil {
-			reg, err := p.AddEventHandlerSince(handler, q.since(s.name), options)
-			if err != nil {
-				return nil, err
-			}
-			q.track(s.name, reg)
-			s.mu.Lock()
-			if s.queues == nil {
-				s.queues = map[toolscache.ResourceEventHandlerRegistration]*Queue{}
-			}
-			s.queues[reg] = q
-			s.mu.Unlock()
-			return reg, nil
-		}
+	s.mu.Lock()
+	p := s.persistent
+	s.mu.Unlock()
+	if p == nil || !isKindSourceHandler(handler) {
+		return inner.AddEventHandlerWithOptions(handler, options)
 	}
-	return inner.AddEventHandlerWithOptions(handler, options)
+	var reg toolscache.ResourceEventHandlerRegistration
+	var err error
+	if q := durableQueueOf(handler); q != nil {
+		if reg, err = p.AddEventHandlerSince(handler, q.since(s.name), options); err != nil {
+			return nil, err
+		}
+		q.track(s.name, reg)
+		s.mu.Lock()
+		if s.queues == nil {
+			s.queues = map[toolscache.ResourceEventHandlerRegistration]*Queue{}
+		}
+		s.queues[reg] = q
+		s.mu.Unlock()
+	} else if reg, err = p.AddEventHandlerWithOptions(handler, options); err != nil {
+		return nil, err
+	}
+	waitHandedOver(reg)
+	return reg, nil
+}
+
+// handoverWait bounds waitHandedOver.
+const handoverWait = 2 * time.Second
+
+// waitHandedOver waits, at most handoverWait, until reg's handler has been
+// handed what a late handler gets first (the deletes while down, the
+// initial adds): the Kind source then finds it synced at its first look,
+// instead of polling again 100 ms later (client-go's WaitForCacheSync).
+// controller-runtime's handler only adds requests to its queue, which
+// does not block.
+func waitHandedOver(reg toolscache.ResourceEventHandlerRegistration) {
+	c, ok := reg.(interface{ HasSyncedChecker() toolscache.DoneChecker })
+	if !ok {
+		return
+	}
+	t := time.NewTimer(handoverWait)
+	defer t.Stop()
+	select {
+	case <-c.HasSyncedChecker().Done():
+	case <-t.C:
+	}
 }
 
 // RemoveEventHandler removes a handler.

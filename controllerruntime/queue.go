@@ -459,17 +459,20 @@ func minPosition(regs []toolscache.ResourceEventHandlerRegistration) (string, bo
 // controller's queue.
 const handlerSourcePkg = "sigs.k8s.io/controller-runtime/pkg/internal/source"
 
+// isKindSourceHandler reports whether handler is controller-runtime's
+// Kind source handler.
+func isKindSourceHandler(handler toolscache.ResourceEventHandler) bool {
+	v := reflect.ValueOf(handler)
+	return v.Kind() == reflect.Pointer && !v.IsNil() && v.Elem().Kind() == reflect.Struct && v.Elem().Type().PkgPath() == handlerSourcePkg
+}
+
 // durableQueueOf returns the durable queue a controller-runtime Kind
 // source's handler feeds, or nil: another handler, or another queue.
 func durableQueueOf(handler toolscache.ResourceEventHandler) *Queue {
-	v := reflect.ValueOf(handler)
-	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+	if !isKindSourceHandler(handler) {
 		return nil
 	}
-	s := v.Elem()
-	if s.Type().PkgPath() != handlerSourcePkg {
-		return nil
-	}
+	s := reflect.ValueOf(handler).Elem()
 	f := s.FieldByName("queue")
 	if !f.IsValid() || f.Kind() != reflect.Interface || !f.CanAddr() {
 		return nil

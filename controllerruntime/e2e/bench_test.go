@@ -521,7 +521,8 @@ func TestBenchmarkStartup(t *testing.T) {
 			vs := []*variant{{name: "stock controller-runtime"}, {name: "boltcr warm (Fresh)", cachePath: file("fresh"), policy: "fresh"},
 				{name: "boltcr warm (Fresh by metadata list)", cachePath: file("fresh-list"), policy: "fresh-list"},
 				{name: "boltcr warm (disk load)", cachePath: file("diskload"), policy: "diskload"},
-				{name: "boltcr warm, durable queue", cachePath: file("durable"), policy: "fresh", durable: true}}
+				{name: "boltcr warm, durable queue", cachePath: file("durable"), policy: "fresh", durable: true},
+				{name: "boltcr warm, durable queue, disk load", cachePath: file("durable-diskload"), policy: "diskload", durable: true}}
 			var cold benchRun
 			for i, v := range vs[1:] {
 				r := runBenchChild(t, p, kc, kind, ns, n, v.cachePath, "fresh", benchOpts{durable: v.durable})
@@ -538,7 +539,7 @@ func TestBenchmarkStartup(t *testing.T) {
 					v.runs = append(v.runs, r)
 				}
 			}
-			stock, fresh, freshList, disk, durable := medianRun(vs[0].runs), medianRun(vs[1].runs), medianRun(vs[2].runs), medianRun(vs[3].runs), medianRun(vs[4].runs)
+			stock, fresh, freshList, disk, durable, durableDisk := medianRun(vs[0].runs), medianRun(vs[1].runs), medianRun(vs[2].runs), medianRun(vs[3].runs), medianRun(vs[4].runs), medianRun(vs[5].runs)
 			for _, v := range vs {
 				logRun(t, kind, n, v.name+" (median)", medianRun(v.runs))
 			}
@@ -552,7 +553,8 @@ func TestBenchmarkStartup(t *testing.T) {
 				name string
 				r    benchRun
 			}{{"stock controller-runtime", stock}, {"boltcr cold", cold}, {"boltcr warm, Fresh (bookmark)", fresh},
-				{"boltcr warm, Fresh by metadata list", freshList}, {"boltcr warm, disk load", disk}, {"boltcr warm, durable queue (NewQueue)", durable}} {
+				{"boltcr warm, Fresh by metadata list", freshList}, {"boltcr warm, disk load", disk}, {"boltcr warm, durable queue (NewQueue)", durable},
+				{"boltcr warm, durable queue, disk load", durableDisk}} {
 				allRatio := "-"
 				if row.r.Reconciled != 0 {
 					allRatio = ratio(float64(row.r.Reconciled), float64(stock.Reconciled))
@@ -571,6 +573,9 @@ func TestBenchmarkStartup(t *testing.T) {
 				{"warm (Fresh) time to all reconciled vs stock", float64(fresh.Reconciled) / float64(stock.Reconciled), 1},
 				{"durable queue reconciles at the warm start vs stock", float64(durable.Reconciles) / float64(stock.Reconciles), 0.02},
 				{"durable queue time to changed reconciled vs stock", float64(durable.Changed) / float64(stock.Changed), 1.0 / 5},
+				{"warm (disk load) time to changed reconciled vs stock", float64(disk.Changed) / float64(stock.Changed), 1.0 / 5},
+				{"durable queue, disk load, reconciles at the warm start vs stock", float64(durableDisk.Reconciles) / float64(stock.Reconciles), 0.02},
+				{"durable queue, disk load, time to changed reconciled vs stock", float64(durableDisk.Changed) / float64(stock.Changed), 1.0 / 5},
 				{"warm (Fresh) apiserver bytes vs stock", float64(fresh.Traffic.Bytes) / float64(stock.Traffic.Bytes), 0.5},
 				{"warm (Fresh) apiserver CPU vs stock", float64(fresh.APIServerCPU) / float64(stock.APIServerCPU), 0.5},
 				{"warm (disk load) apiserver bytes vs stock", float64(disk.Traffic.Bytes) / float64(stock.Traffic.Bytes), 0.1},
