@@ -84,7 +84,7 @@ func durableChild() error {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
-		NewCache:               boltcr.NewCache(db, nil),
+		NewCache:               boltcr.NewCache(db, &boltcr.Options{SyncAfterDiskLoad: os.Getenv("DURABLE_DISKLOAD") != ""}),
 	})
 	if err != nil {
 		return err
@@ -208,7 +208,8 @@ func readCrashLogs(t *testing.T, dir string, n int) crashLog {
 }
 
 // TestDurableQueueCrashLoop (BOLTCR_CRASH_ROUNDS rounds, default 10;
-// BOLTCR_CRASH_SEED): an operator with a durable queue over 150
+// BOLTCR_CRASH_SEED): an operator with a durable queue (each run synced
+// when fresh or, at random, at the disk load) over 150
 // ConfigMaps (every 15th asks for RequeueAfter 2 s, every 13th fails
 // once per change) is killed with SIGKILL at a random point of each run
 // (before its caches sync, among its reconciles, while it writes its
@@ -261,6 +262,11 @@ func TestDurableQueueCrashLoop(t *testing.T) {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), childEnv+"=durable", "DURABLE_KUBECONFIG="+kc, "DURABLE_NS="+ns,
 			"DURABLE_CACHE="+dbPath, "DURABLE_LOG="+filepath.Join(dir, fmt.Sprintf("reconciles-%d.log", proc)))
+		if rng.IntN(2) == 0 {
+			// Synced at the disk load: the changes while down come
+			// as live events.
+			cmd.Env = append(cmd.Env, "DURABLE_DISKLOAD=1")
+		}
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
