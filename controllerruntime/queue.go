@@ -139,6 +139,10 @@ type Queue struct {
 	version   uint64 // bumped by every change of the fields above
 	written   uint64 // version of the last checkpoint written
 	positions map[string]string
+
+	// testBetween, when set (tests only), is called by checkpoint between
+	// reading the positions and reading the requests.
+	testBetween func()
 }
 
 var _ priorityqueue.PriorityQueue[reconcile.Request] = (*Queue)(nil)
@@ -391,6 +395,9 @@ func (q *Queue) checkpoint() {
 				positions[name] = p
 			}
 		}
+	}
+	if q.testBetween != nil {
+		q.testBetween()
 	}
 	q.mu.Lock()
 	if q.version == q.written && maps.Equal(positions, q.positions) {

@@ -1,12 +1,19 @@
 package boltcr
 
 import (
+	"context"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -128,3 +135,74 @@ func TestRequestKeyRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueCheckpointPositionsBeforeRequests: an event that adds a
+// request while the queue writes its checkpoint (between its two reads)
+// is either after the checkpoint's position (handed over again at the
+// next start) or in its Due list; never behind the position and missing
+// from the list (it would be lost by a kill). The positions must be read
+// before the requests.
+func TestQueueCheckpointPositionsBeforeRequests(t *testing.T) {
+	db, err := boltinformer.Open(filepath.Join(t.TempDir(), "cache.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	fw := watch.NewFake()
+	lw := listThenWatch{&toolscache.ListWatch{
+		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			return &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: "10"}}, nil
+		},
+		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) { return fw, nil },
+	}}
+	inf, err := db.NewInformer("cms", lw, &corev1.ConfigMap{}, 0, nil, &boltinformer.InformerOptions{ClusterID: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { inf.RunWithContext(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("not synced")
+	}
+	q := newTestQueue(t, db, "c2")
+	defer q.ShutDown()
+	add := func(obj any) {
+		if m, err := meta.Accessor(obj); err == nil {
+			q.Add(req(m.GetNamespace(), m.GetName()))
+		}
+	}
+	reg, err := inf.AddEventHandlerSince(toolscache.ResourceEventHandlerFuncs{AddFunc: func(obj any) { add(obj) }}, "", toolscache.HandlerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.track("cms", reg)
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for range 500 {
+			if cond() {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("timed out waiting for %s", what)
+	}
+	waitFor("the handler's first position", func() bool { return boltinformer.HandlerPosition(reg) == "10" })
+	q.testBetween = func() {
+		q.testBetween = nil
+		fw.Add(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", ResourceVersion: "11"}})
+		waitFor("the handler to return from the event", func() bool { return boltinformer.HandlerPosition(reg) == "11" })
+	}
+	q.checkpoint()
+	cp, _ := db.Checkpoint(QueueCheckpoint("c2"))
+	inDue := slices.ContainsFunc(cp.Due, func(d boltinformer.Due) bool { return d.Key == "ns/a" })
+	if pos := cp.Positions["cms"]; pos == "11" && !inDue {
+		t.Fatalf("the checkpoint's position %s covers the event that added ns/a, and its Due list lacks it: %+v", pos, cp)
+	}
+}
+
+// listThenWatch is a ListerWatcher that lists, then watches (no WatchList).
+type listThenWatch struct{ *toolscache.ListWatch }
+
+func (listThenWatch) IsWatchListSemanticsUnSupported() bool { return true }

@@ -114,6 +114,8 @@ func durableChild() error {
 				}
 			}
 			rv := cm.ResourceVersion
+			// Some work: kills land in reconciles, not only between.
+			time.Sleep(time.Duration(rand.IntN(10)) * time.Millisecond)
 			if cm.Annotations[seenAnnotation] != cm.Data["gen"] {
 				upd := cm.DeepCopy()
 				if upd.Annotations == nil {
