@@ -293,6 +293,8 @@ func (l *Listener) handle(n Notification, backlog int) (crashed bool) {
 		l.handler.OnDelete(n.Old)
 	case ProgressNotification:
 		l.delivered.Store(&n.At)
+	case barrierNotification:
+		n.b.reached()
 	}
 	return false
 }
