@@ -153,7 +153,7 @@ func (s *Informer) resumeBeforeRun(lopts *processor.ListenerOptions, since strin
 func (s *Informer) resumeLocked(lopts *processor.ListenerOptions, since string) {
 	from, ok := s.replayFrom(since)
 	if !ok {
-		s.lateLocked(lopts)
+		s.lateLocked(lopts, false) // every object: nothing queued after
 		return
 	}
 	lopts.Before = s.deletesAfter(from)
@@ -186,38 +186,72 @@ func (s *Informer) deletesAfter(since string) []processor.Notification {
 
 // lateLocked sets a handler added while the informer runs: the deletes of
 // a warm start's catch-up (ReplayDownDeletes), then every object as an
-// initial add, as in client-go; with ChangedFirst, those changed after the
+// initial add, as in client-go. With ChangedFirst, those changed after the
 // warm start's resourceVersion come first and not as initial adds (a
-// controller-runtime priority queue takes them before the unchanged).
-// Caller holds startedMu and blockDeltas.
-func (s *Informer) lateLocked(lopts *processor.ListenerOptions) {
-	items := s.indexer.List()
+// controller-runtime priority queue takes them before the unchanged), and
+// the handler starts on them at once: only they are decoded before it is
+// published; the unchanged ones are queued after it, by the function
+// lateLocked returns (nil when there is none), still under the lock, while
+// the handler works. Caller holds startedMu and blockDeltas.
+func (s *Informer) lateLocked(lopts *processor.ListenerOptions, changedFirst bool) func(*processor.Listener) {
 	lopts.Before = s.downDeletes
-	changedFirst := s.changedFirst && s.decision.Warm
-	lopts.InitialList = func(yield func(processor.AddNotification) bool) {
-		pass := func(changed bool) iter.Seq[any] {
-			return func(y func(any) bool) {
-				for _, it := range items {
-					if (!changedFirst || ChangedSince(it, s.resumedFrom) == changed) && !y(it) {
-						return
-					}
-				}
-			}
-		}
-		if changedFirst {
-			for it := range pass(true) {
-				if !yield(processor.AddNotification{Obj: it}) {
+	rv := s.indexer.ResourceVersion()
+	if !changedFirst || !s.decision.Warm {
+		items := s.indexer.List()
+		lopts.InitialList = func(yield func(processor.AddNotification) bool) {
+			for _, it := range items {
+				if !yield(processor.AddNotification{Obj: it, InInitialList: true}) {
 					return
 				}
 			}
 		}
-		for it := range pass(false) {
-			if !yield(processor.AddNotification{Obj: it, InInitialList: true}) {
+		lopts.Progress = rv
+		return nil
+	}
+	// The changed keys, from the resourceVersions alone; only their objects
+	// are decoded now.
+	var changedKeys []string
+	total := 0
+	s.indexer.Versions(func(_ string, objects iter.Seq2[string, string]) {
+		for key, orv := range objects {
+			total++
+			if c, err := resourceversion.CompareResourceVersion(orv, s.resumedFrom); err != nil || c > 0 {
+				changedKeys = append(changedKeys, key)
+			}
+		}
+	})
+	changed := map[string]bool{}
+	var objs []any
+	for _, key := range changedKeys {
+		if obj, ok, err := s.indexer.GetByKey(key); err == nil && ok {
+			objs = append(objs, obj)
+			changed[key] = true
+		}
+	}
+	lopts.InitialList = func(yield func(processor.AddNotification) bool) {
+		for _, it := range objs {
+			if !yield(processor.AddNotification{Obj: it}) {
 				return
 			}
 		}
 	}
-	lopts.Progress = s.indexer.ResourceVersion()
+	lopts.Reserved = total - len(objs)
+	return func(l *processor.Listener) {
+		queued := 0
+		for _, it := range s.indexer.List() {
+			key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(it)
+			if err != nil || changed[key] {
+				continue
+			}
+			if queued == lopts.Reserved {
+				break
+			}
+			l.AddReserved(it)
+			queued++
+		}
+		l.ReleaseReserved(lopts.Reserved - queued)
+		l.QueueProgress(rv)
+	}
 }
 
 // progressLocked tells the handlers resuming from a position how far the

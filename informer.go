@@ -1045,12 +1045,16 @@ func (s *Informer) addHandler(handler cache.ResourceEventHandler, options cache.
 	} else {
 		s.lockAfterInitial()
 		defer s.blockDeltas.Unlock()
+		var rest func(*processor.Listener)
 		if since != nil {
 			s.resumeLocked(&lopts, *since)
 		} else {
-			s.lateLocked(&lopts)
+			rest = s.lateLocked(&lopts, s.changedFirst)
 		}
 		l = s.processor.AddListener(handler, lopts)
+		if rest != nil {
+			rest(l)
+		}
 	}
 	s.listeners[l] = struct{}{}
 	if since != nil {

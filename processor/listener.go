@@ -164,13 +164,34 @@ func (l *Listener) distribute(n Notification) {
 	l.enqueue(n)
 }
 
-func (l *Listener) enqueue(n Notification) {
+func (l *Listener) enqueue(n Notification) { l.enqueueCounted(n, true) }
+
+// AddReserved queues obj as an initial add for which AddListener reserved
+// a place (ListenerOptions.Reserved): the listener already counts it for
+// HasSynced.
+func (l *Listener) AddReserved(obj any) {
+	l.enqueueCounted(AddNotification{Obj: obj, InInitialList: true}, false)
+}
+
+// QueueProgress queues a ProgressNotification (after reserved adds).
+func (l *Listener) QueueProgress(at string) { l.enqueue(ProgressNotification{At: at}) }
+
+// ReleaseReserved gives back n reserved places that will not be used.
+func (l *Listener) ReleaseReserved(n int) {
+	for range n {
+		l.synced.Finished()
+	}
+}
+
+// enqueueCounted queues n; count says whether an initial add is counted
+// for HasSynced now (not for a reserved one).
+func (l *Listener) enqueueCounted(n Notification, count bool) {
 	l.pendingLock.Lock()
 	if l.stopped.Load() {
 		l.pendingLock.Unlock()
 		return
 	}
-	if a, ok := n.(AddNotification); ok && a.InInitialList {
+	if a, ok := n.(AddNotification); ok && a.InInitialList && count {
 		l.synced.Start()
 	}
 	l.pending.WriteOne(n)
