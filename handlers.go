@@ -190,9 +190,10 @@ func (s *Informer) deletesAfter(since string) []processor.Notification {
 // warm start's resourceVersion come first and not as initial adds (a
 // controller-runtime priority queue takes them before the unchanged), and
 // the handler starts on them at once: only they are decoded before it is
-// published; the unchanged ones are queued after it, by the function
-// lateLocked returns (nil when there is none), still under the lock, while
-// the handler works. Caller holds startedMu and blockDeltas.
+// published, and its HasSynced waits for them only; the unchanged ones,
+// initial adds, are queued after it, by the function lateLocked returns
+// (nil when there is none), still under the lock, while the handler works.
+// Caller holds startedMu and blockDeltas.
 func (s *Informer) lateLocked(lopts *processor.ListenerOptions, changedFirst bool) func(*processor.Listener) {
 	lopts.Before = s.downDeletes
 	rv := s.indexer.ResourceVersion()
@@ -211,10 +212,8 @@ func (s *Informer) lateLocked(lopts *processor.ListenerOptions, changedFirst boo
 	// The changed keys, from the resourceVersions alone; only their objects
 	// are decoded now.
 	var changedKeys []string
-	total := 0
 	s.indexer.Versions(func(_ string, objects iter.Seq2[string, string]) {
 		for key, orv := range objects {
-			total++
 			if c, err := resourceversion.CompareResourceVersion(orv, s.resumedFrom); err != nil || c > 0 {
 				changedKeys = append(changedKeys, key)
 			}
@@ -235,21 +234,13 @@ func (s *Informer) lateLocked(lopts *processor.ListenerOptions, changedFirst boo
 			}
 		}
 	}
-	lopts.Reserved = total - len(objs)
 	return func(l *processor.Listener) {
-		queued := 0
 		for _, it := range s.indexer.List() {
 			key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(it)
-			if err != nil || changed[key] {
-				continue
+			if err == nil && !changed[key] {
+				l.AddLate(it)
 			}
-			if queued == lopts.Reserved {
-				break
-			}
-			l.AddReserved(it)
-			queued++
 		}
-		l.ReleaseReserved(lopts.Reserved - queued)
 		l.QueueProgress(rv)
 	}
 }

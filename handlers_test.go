@@ -127,7 +127,8 @@ func TestDurableHandlerGetsOnlyWhatChanged(t *testing.T) {
 // handler added after a warm start's sync gets the objects changed or
 // created while the informer was down first, as adds not in the initial
 // list, then the unchanged ones as initial adds; its HasSynced waits for
-// all of them. Without it, every object is an initial add, as in client-go.
+// the changed ones only (controller-runtime starts its workers on it).
+// Without it, every object is an initial add, as in client-go.
 func TestChangedFirstLateHandler(t *testing.T) {
 	for _, first := range []bool{true, false} {
 		t.Run(map[bool]string{true: "ChangedFirst", false: "client-go's order"}[first], func(t *testing.T) {
@@ -149,6 +150,7 @@ func TestChangedFirstLateHandler(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitFor(t, "the late handler's sync", reg.HasSynced)
+			waitFor(t, "every object", func() bool { return late.len() == 51 })
 			evs := late.events()
 			if len(evs) != 51 {
 				t.Fatalf("late handler got %d notifications, want 51", len(evs))

@@ -164,8 +164,10 @@ type InformerOptions struct {
 	// objects, those changed, created or deleted while the informer was
 	// down first: the deletes (ReplayDownDeletes), then the changed and
 	// created objects as adds with isInInitialList false, then the others
-	// as initial adds. controller-runtime's priority queue then takes the
-	// changed ones at once and the unchanged at low priority
+	// as initial adds; the handler's HasSynced waits for the changed ones
+	// only, and the unchanged ones reach it while it works on those.
+	// controller-runtime's priority queue then takes the changed ones at
+	// once and the unchanged at low priority
 	// (controller-runtime's cache sets it). False keeps client-go's
 	// order: every object as an initial add. ChangedSince tells them apart
 	// for a handler of its own.

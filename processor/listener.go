@@ -166,22 +166,15 @@ func (l *Listener) distribute(n Notification) {
 
 func (l *Listener) enqueue(n Notification) { l.enqueueCounted(n, true) }
 
-// AddReserved queues obj as an initial add for which AddListener reserved
-// a place (ListenerOptions.Reserved): the listener already counts it for
-// HasSynced.
-func (l *Listener) AddReserved(obj any) {
-	l.enqueueCounted(AddNotification{Obj: obj, InInitialList: true}, false)
+// AddLate queues obj as an initial add that the listener does not wait
+// for to be synced: the informer hands a handler those of its objects that
+// matter less after it is published (InformerOptions.ChangedFirst).
+func (l *Listener) AddLate(obj any) {
+	l.enqueueCounted(AddNotification{Obj: obj, InInitialList: true, late: true}, false)
 }
 
-// QueueProgress queues a ProgressNotification (after reserved adds).
+// QueueProgress queues a ProgressNotification.
 func (l *Listener) QueueProgress(at string) { l.enqueue(ProgressNotification{At: at}) }
-
-// ReleaseReserved gives back n reserved places that will not be used.
-func (l *Listener) ReleaseReserved(n int) {
-	for range n {
-		l.synced.Finished()
-	}
-}
 
 // enqueueCounted queues n; count says whether an initial add is counted
 // for HasSynced now (not for a reserved one).
@@ -191,7 +184,7 @@ func (l *Listener) enqueueCounted(n Notification, count bool) {
 		l.pendingLock.Unlock()
 		return
 	}
-	if a, ok := n.(AddNotification); ok && a.InInitialList && count {
+	if a, ok := n.(AddNotification); ok && a.InInitialList && !a.late && count {
 		l.synced.Start()
 	}
 	l.pending.WriteOne(n)
@@ -305,7 +298,7 @@ func (l *Listener) handle(n Notification, backlog int) (crashed bool) {
 	switch n := n.(type) {
 	case AddNotification:
 		l.handler.OnAdd(n.Obj, n.InInitialList)
-		if n.InInitialList {
+		if n.InInitialList && !n.late {
 			l.synced.Finished()
 		}
 	case UpdateNotification:

@@ -13,6 +13,9 @@ type Notification interface {
 type AddNotification struct {
 	Obj           interface{}
 	InInitialList bool
+	// late marks an initial add the listener does not count for HasSynced
+	// (Listener.AddLate).
+	late bool
 }
 
 // UpdateNotification is delivered as handler.OnUpdate(Old, New).

@@ -71,12 +71,6 @@ type ListenerOptions struct {
 	// Progress, if not "", is queued after InitialList as a
 	// ProgressNotification.
 	Progress string
-	// Reserved counts initial adds the caller queues after AddListener
-	// returns (Listener.AddReserved, or ReleaseReserved for those it will
-	// not): the listener counts them from the start, so that it never
-	// looks synced before they are handled, while it already handles what
-	// InitialList queued.
-	Reserved int
 	// Filter, if not nil, sees each notification distributed to the
 	// listener (not Before, InitialList or Progress) and returns what to
 	// queue instead, or false to drop it: the informer holds back there the
@@ -214,9 +208,6 @@ func (p *Processor) AddListener(handler cache.ResourceEventHandler, opts Listene
 	}
 	if opts.Progress != "" {
 		l.enqueue(ProgressNotification{At: opts.Progress})
-	}
-	for range opts.Reserved {
-		l.synced.Start()
 	}
 	l.filter = opts.Filter
 
