@@ -321,6 +321,9 @@ type Informer struct {
 	// initialAfter are the checkers distributeInitial waits for
 	// (setInitialAfter, a Factory's InitialOrder).
 	initialAfter []cache.DoneChecker
+	// lateWG waits for the goroutines that queue a late handler's
+	// unchanged objects (ChangedFirst); Run waits for them.
+	lateWG sync.WaitGroup
 	// resuming are the listeners added by AddEventHandlerSince; resumers
 	// counts them (the loop reads it to distribute progress).
 	resuming map[*processor.Listener]bool
@@ -610,6 +613,7 @@ func (s *Informer) RunWithContext(ctx context.Context) {
 		s.startedMu.Lock()
 		s.stopped = true
 		s.startedMu.Unlock()
+		s.lateWG.Wait()
 		stopProcessor()
 		wg.Wait()
 		if err := s.indexer.Flush(context.Background()); errors.Is(err, indexer.ErrHeld) {
@@ -1046,7 +1050,6 @@ func (s *Informer) addHandler(handler cache.ResourceEventHandler, options cache.
 		l = s.processor.AddListener(handler, lopts)
 	} else {
 		s.lockAfterInitial()
-		defer s.blockDeltas.Unlock()
 		var rest func(*processor.Listener)
 		if since != nil {
 			s.resumeLocked(&lopts, *since)
@@ -1054,8 +1057,16 @@ func (s *Informer) addHandler(handler cache.ResourceEventHandler, options cache.
 			rest = s.lateLocked(&lopts, s.changedFirst)
 		}
 		l = s.processor.AddListener(handler, lopts)
-		if rest != nil {
-			rest(l)
+		if rest == nil {
+			s.blockDeltas.Unlock()
+		} else {
+			// The rest of the initial list is queued holding blockDeltas
+			// (no event overtakes it), on a goroutine that inherits the
+			// lock: the handler is registered, and works, meanwhile.
+			s.lateWG.Go(func() {
+				defer s.blockDeltas.Unlock()
+				rest(l)
+			})
 		}
 	}
 	s.listeners[l] = struct{}{}
