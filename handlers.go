@@ -157,15 +157,36 @@ func (s *Informer) resumeLocked(lopts *processor.ListenerOptions, since string) 
 		return
 	}
 	lopts.Before = s.deletesAfter(from)
-	items := s.indexer.List()
+	objs := s.changedSinceLocked(from)
 	lopts.InitialList = func(yield func(processor.AddNotification) bool) {
-		for _, it := range items {
-			if ChangedSince(it, from) && !yield(processor.AddNotification{Obj: it}) {
+		for _, it := range objs {
+			if !yield(processor.AddNotification{Obj: it}) {
 				return
 			}
 		}
 	}
 	lopts.Progress = s.indexer.ResourceVersion()
+}
+
+// changedSinceLocked returns the cached objects changed after
+// resourceVersion rv: the keys from the resourceVersions alone, only those
+// objects decoded. Caller holds blockDeltas.
+func (s *Informer) changedSinceLocked(rv string) []any {
+	var keys []string
+	s.indexer.Versions(func(_ string, objects iter.Seq2[string, string]) {
+		for key, orv := range objects {
+			if c, err := resourceversion.CompareResourceVersion(orv, rv); err != nil || c > 0 {
+				keys = append(keys, key)
+			}
+		}
+	})
+	out := make([]any, 0, len(keys))
+	for _, key := range keys {
+		if obj, ok, err := s.indexer.GetByKey(key); err == nil && ok {
+			out = append(out, obj)
+		}
+	}
+	return out
 }
 
 // deletesAfter returns, as notifications, the deletes after since that the
@@ -209,21 +230,11 @@ func (s *Informer) lateLocked(lopts *processor.ListenerOptions, changedFirst boo
 		lopts.Progress = rv
 		return nil
 	}
-	// The changed keys, from the resourceVersions alone; only their objects
-	// are decoded now.
-	var changedKeys []string
-	s.indexer.Versions(func(_ string, objects iter.Seq2[string, string]) {
-		for key, orv := range objects {
-			if c, err := resourceversion.CompareResourceVersion(orv, s.resumedFrom); err != nil || c > 0 {
-				changedKeys = append(changedKeys, key)
-			}
-		}
-	})
-	changed := map[string]bool{}
-	var objs []any
-	for _, key := range changedKeys {
-		if obj, ok, err := s.indexer.GetByKey(key); err == nil && ok {
-			objs = append(objs, obj)
+	// Only the changed objects are decoded now.
+	objs := s.changedSinceLocked(s.resumedFrom)
+	changed := make(map[string]bool, len(objs))
+	for _, o := range objs {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(o); err == nil {
 			changed[key] = true
 		}
 	}
