@@ -114,6 +114,11 @@ func (s *Informer) newTracker(o *InformerOptions) *fresh.Tracker {
 	if listMax == 0 {
 		listMax = DefaultFreshListMax
 	}
+	if s.policy != SyncAfterFresh {
+		// Nothing waits for Fresh: no list at once (ReplayDownDeletes
+		// waits for a bookmark, the list only after FreshBookmarkWait).
+		listMax = 0
+	}
 	return fresh.New(fresh.Options{
 		Cache:          s.indexer,
 		Lock:           &s.blockDeltas,
