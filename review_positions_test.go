@@ -8,9 +8,11 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -143,5 +145,163 @@ func TestReviewDurablePositionAheadOfInitialAdds(t *testing.T) {
 	waitFor(t, "the handler's adds of the changed objects", func() bool { return h.count() >= n })
 	if v := h.found(); len(v) > 0 {
 		t.Fatalf("the durable handler's position covered %d objects before it was handed them (a checkpoint written then loses them at a kill); first: %s", len(v), v[0])
+	}
+}
+
+// openCommitOnFlush opens path with group commits made only by Flush (and
+// Close), so that a test decides what one commit holds.
+func openCommitOnFlush(t *testing.T, path string) *boltinformer.DB {
+	t.Helper()
+	db, err := boltinformer.Open(path, &boltinformer.Options{NoSync: true, Logger: &quietLogger, CommitMaxDelay: time.Hour, CommitMaxOps: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// TestReviewKeptDeleteLostWhenRecreatedInOneCommit: while a checkpoint
+// names the informer, each delete keeps the object's last state in the
+// file (store format v5), for a consumer resuming from a position behind
+// it ("a key deleted and created again gets the delete, then the add",
+// deletesAfter). The indexer keeps one pending op per key
+// (queueLocked): a delete whose key is created again before the group
+// commit (a StatefulSet's Pod, deleted and recreated under its name within
+// the 100 ms commit delay) loses its tombstone to the put, so the file
+// never keeps the delete. A consumer resuming from a position before it
+// gets the new object as an add and never hears that the old one (its
+// UID) is gone; the plain delete beside it is kept.
+func TestReviewKeptDeleteLostWhenRecreatedInOneCommit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cache.db")
+	src := newPodSource()
+	for i := range 10 {
+		if _, err := src.Create(testobj.Pod(i, 3, 2, "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db := openCommitOnFlush(t, path)
+	inf, err := db.NewInformer("pods", src, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{Resource: "pods"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runInformer(t, inf)
+	waitFor(t, "sync", inf.HasSynced)
+	if err := db.Flush(context.Background()); err != nil { // the cold start's list
+		t.Fatal(err)
+	}
+	p := src.ResourceVersion()
+	if err := db.SetCheckpoint("consumer", boltinformer.Checkpoint{Positions: map[string]string{"pods": p}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	keys := sortedKeys(src.Objects())
+	plain, recreated := keys[3], keys[2]
+	old := src.Objects()[recreated].(*corev1.Pod).DeepCopy()
+	for _, k := range []string{plain, recreated} {
+		if err := src.Delete(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again := old.DeepCopy()
+	again.UID, again.ResourceVersion = "recreated-uid", ""
+	if _, err := src.Create(again); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the informer at the source", func() bool { return inf.Indexer().ResourceVersion() == src.ResourceVersion() })
+	if err := db.Flush(context.Background()); err != nil { // one commit: both deletes and the create
+		t.Fatal(err)
+	}
+	stop()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	db2 := openCommitOnFlush(t, path)
+	defer db2.Close()
+	inf2, err := db2.NewInformer("pods", src, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{Resource: "pods"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newEvRecorder("resumed")
+	if _, err := inf2.AddEventHandlerSince(rec, p, cache.HandlerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	runInformer(t, inf2)
+	waitFor(t, "sync", inf2.HasSynced)
+	waitFor(t, "the resumed handler's add of the new object", func() bool { return rec.saw(recreated) && rec.len() >= 2 })
+	var deleted []string
+	for _, e := range rec.events() {
+		if e.Kind == "delete" {
+			deleted = append(deleted, e.Key)
+		}
+	}
+	if !slices.Contains(deleted, plain) {
+		t.Fatalf("the plain delete of %s was not replayed (%v): the kept deletes do not work at all", plain, rec.events())
+	}
+	if !slices.Contains(deleted, recreated) {
+		t.Fatalf("the handler resuming from %s never got the delete of %s (UID %s), only the add of its new incarnation: %v", p, recreated, old.UID, rec.events())
+	}
+}
+
+// TestReviewDeletesNotKeptWhenFirstAskedBeforeColdListCommitted: the
+// first KeepDeletes of an indexer sets DeletesFrom to its resourceVersion
+// only when !reset; a cold start's reset is cleared when its first batch
+// is taken for commit, and Replace sets DeletesFrom only while it is
+// still "". A checkpoint set (or a durable handler added: controller-
+// runtime adds its handlers once synced) after a cold start's list but
+// before its first commit (the 100 ms commit delay) leaves DeletesFrom ""
+// for the whole run: the file keeps tombstones, yet the next start cannot
+// serve the checkpoint's position (ErrNotKept) and hands the consumer
+// every object, without the deletes made after its position.
+func TestReviewDeletesNotKeptWhenFirstAskedBeforeColdListCommitted(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cache.db")
+	src := newPodSource()
+	for i := range 10 {
+		if _, err := src.Create(testobj.Pod(i, 3, 2, "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db := openCommitOnFlush(t, path)
+	inf, err := db.NewInformer("pods", src, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{Resource: "pods"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runInformer(t, inf)
+	waitFor(t, "sync", inf.HasSynced)
+	p := src.ResourceVersion()
+	// Before the cold start's first commit.
+	if err := db.SetCheckpoint("consumer", boltinformer.Checkpoint{Positions: map[string]string{"pods": p}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	gone := sortedKeys(src.Objects())[3]
+	if err := src.Delete(gone); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the informer at the source", func() bool { return inf.Indexer().ResourceVersion() == src.ResourceVersion() })
+	stop()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	from := inf.Indexer().DeletesFrom()
+
+	db2 := openCommitOnFlush(t, path)
+	defer db2.Close()
+	inf2, err := db2.NewInformer("pods", src, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{Resource: "pods"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newEvRecorder("resumed")
+	if _, err := inf2.AddEventHandlerSince(rec, p, cache.HandlerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	runInformer(t, inf2)
+	waitFor(t, "sync", inf2.HasSynced)
+	waitFor(t, "the informer at the source", func() bool { return inf2.Indexer().ResourceVersion() == src.ResourceVersion() })
+	if !rec.saw(gone) {
+		t.Fatalf("the consumer resuming from %s never got the delete of %s made after it (DeletesFrom of the first run %q): %v", p, gone, from, rec.events())
 	}
 }
