@@ -7,6 +7,7 @@ package boltinformer_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -303,5 +304,93 @@ func TestReviewDeletesNotKeptWhenFirstAskedBeforeColdListCommitted(t *testing.T)
 	waitFor(t, "the informer at the source", func() bool { return inf2.Indexer().ResourceVersion() == src.ResourceVersion() })
 	if !rec.saw(gone) {
 		t.Fatalf("the consumer resuming from %s never got the delete of %s made after it (DeletesFrom of the first run %q): %v", p, gone, from, rec.events())
+	}
+}
+
+// TestReviewPruneCommittedWithoutItsCheckpoint: SetCheckpoint raises the
+// in-memory position and at once asks the informers to prune their kept
+// deletes up to the new minimum (prunePositions), before the checkpoint
+// is written. The committer calls its sources in the order they were
+// added, the DB's checkpoints first: a group commit whose
+// checkpoints.Pending ran just before SetCheckpoint and whose indexer's
+// Pending ran just after writes the prune without the checkpoint. A kill
+// -9 then leaves the file with the old position and without the deletes
+// after it; a prune does not move DeletesFrom, so the consumer resuming
+// from the old position is served from the pruned deletes and misses
+// them, silently. The round is driven as Committer.Flush drives it
+// (ReviewCommitRound), with SetCheckpoint in between.
+func TestReviewPruneCommittedWithoutItsCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cache.db")
+	src := newPodSource()
+	for i := range 10 {
+		if _, err := src.Create(testobj.Pod(i, 3, 2, "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db := openCommitOnFlush(t, path)
+	defer db.Close()
+	inf, err := db.NewInformer("pods", src, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{Resource: "pods"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runInformer(t, inf)
+	waitFor(t, "sync", inf.HasSynced)
+	if err := db.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p0 := src.ResourceVersion()
+	if err := db.SetCheckpoint("consumer", boltinformer.Checkpoint{Positions: map[string]string{"pods": p0}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	gone := sortedKeys(src.Objects())[3]
+	if err := src.Delete(gone); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the delete applied", func() bool { return inf.Indexer().ResourceVersion() == src.ResourceVersion() })
+	if err := db.Flush(context.Background()); err != nil { // the kept delete is in the file
+		t.Fatal(err)
+	}
+	if err := boltinformer.ReviewCommitRound(db, inf, func() {
+		if err := db.SetCheckpoint("consumer", boltinformer.Checkpoint{Positions: map[string]string{"pods": src.ResourceVersion()}}); err != nil {
+			t.Error(err)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// kill -9 here: the file is what that round committed.
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashed := filepath.Join(dir, "crashed.db")
+	if err := os.WriteFile(crashed, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	db2 := openCommitOnFlush(t, crashed)
+	defer db2.Close()
+	cp, _ := db2.Checkpoint("consumer")
+	since := cp.Positions["pods"]
+	if since != p0 {
+		t.Fatalf("the crashed file's checkpoint is at %q, want the old position %s", since, p0)
+	}
+	inf2, err := db2.NewInformer("pods", src, &corev1.Pod{}, 0, podIndexers(), &boltinformer.InformerOptions{Resource: "pods"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newEvRecorder("resumed")
+	reg, err := inf2.AddEventHandlerSince(rec, since, cache.HandlerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runInformer(t, inf2)
+	waitFor(t, "sync", inf2.HasSynced)
+	waitFor(t, "the handler's position", func() bool { return boltinformer.HandlerPosition(reg) == src.ResourceVersion() })
+	if !rec.saw(gone) {
+		t.Fatalf("the consumer resuming from its file's position %s never got the delete of %s made after it (events %v; DeletesFrom %q): the kept delete was pruned by a commit without the checkpoint that allowed it", since, gone, rec.events(), inf2.Indexer().DeletesFrom())
 	}
 }
