@@ -691,8 +691,8 @@ func (s *Informer) distributeInitial(warm bool) {
 	})
 	s.blockDeltas.Lock()
 	defer s.blockDeltas.Unlock()
-	s.progressLocked()
 	close(s.initialDone)
+	s.progressLocked()
 }
 
 // undecodableSink forwards the indexer's OnUndecodable to the informer,
