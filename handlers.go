@@ -263,6 +263,11 @@ func (s *Informer) progressLocked() {
 	if s.resumers.Load() == 0 {
 		return
 	}
+	select {
+	case <-s.initialDone:
+	default:
+		return // the disk answer: distributeInitial's own comes after the initial adds
+	}
 	if rv := s.indexer.ResourceVersion(); rv != "" {
 		s.processor.Distribute(processor.ProgressNotification{At: rv}, false)
 	}

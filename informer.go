@@ -717,9 +717,11 @@ func (s *Informer) distributeInitial(warm bool) {
 		}
 	})
 	s.blockDeltas.Lock()
+	// initialDone first: progressLocked sends nothing before it, so no
+	// handler's position passes an initial add still queued (review).
+	close(s.initialDone)
 	s.progressLocked()
 	handled := s.processor.Barrier()
-	close(s.initialDone)
 	s.blockDeltas.Unlock()
 	select {
 	case <-handled:

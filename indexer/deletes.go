@@ -26,7 +26,10 @@ func (x *Indexer) KeepDeletes() {
 		return
 	}
 	x.keepDeletes = true
-	if x.deletesFrom == "" && x.synced && !x.reset {
+	// synced: a list is applied (a cold start's, whose reset may not be
+	// committed yet: its tombstones are written after the reset drops the
+	// old ones, in the same batch).
+	if x.deletesFrom == "" && x.synced {
 		x.deletesFrom = x.rv
 		x.stateDirty = true
 	}
