@@ -491,11 +491,14 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		listeners:                       map[*processor.Listener]struct{}{},
 		resuming:                        map[*processor.Listener]bool{},
 	}
-	if rv, ok := db.checkpoints.minPosition(name); ok {
+	if db.checkpoints.names(name) {
 		// A checkpoint resumes from a position in this informer: keep
-		// its deletes, and drop those every checkpoint has passed.
+		// its deletes, and drop those every checkpoint on disk has
+		// passed.
 		idx.KeepDeletes()
-		idx.PruneDeletes(rv)
+		if rv, ok := db.checkpoints.minPosition(name); ok {
+			idx.PruneDeletes(rv)
+		}
 	}
 	inf.fr = inf.newTracker(&o)
 	idx.SetDurable(inf.durableMark, inf.durable)
