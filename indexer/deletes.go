@@ -95,8 +95,12 @@ func (x *Indexer) Deletes(after string) ([]any, error) {
 	mem := map[string]any{}
 	for _, ops := range []map[string]*pendingOp{x.inflight, x.pending} {
 		for k, op := range ops {
-			if op.kind == opDelete && op.obj != nil && laterRV(op.obj, after) {
-				mem[k] = op.obj
+			last := op.tomb
+			if op.kind == opDelete {
+				last = op.obj
+			}
+			if last != nil && laterRV(last, after) {
+				mem[k] = last
 			}
 		}
 	}
