@@ -149,6 +149,13 @@ const DefaultFreshListMax = 10000
 // blockDeltas.
 func (s *Informer) onFreshLocked(rv string) {
 	s.logger.V(1).Info("Fresh: the cache equals the server's state", "resourceVersion", rv)
+	if rv != "" && olderRV(s.indexer.ResourceVersion(), rv) {
+		// The content is the server's at rv, ahead of the watch (a
+		// metadata list's diff found nothing more to bring): the file
+		// says so, and the watch's events up to rv are skipped.
+		s.indexer.Bookmark(rv)
+		s.notifyLocked(Change{Type: ChangeBookmark, ResourceVersion: rv})
+	}
 	s.releaseHold("fresh")
 }
 

@@ -87,6 +87,7 @@ func (s *Informer) applyLocked(deltas []cache.Delta, isInInitialList bool, a *ap
 			return fmt.Errorf("boltinformer: unknown delta type %s", d.Type)
 		}
 	}
+	s.fr.EndBatch()
 	s.progressLocked()
 	return nil
 }
@@ -120,6 +121,18 @@ func objectRun(deltas []cache.Delta) int {
 // holds blockDeltas.
 func (s *Informer) applyObjectsLocked(deltas []cache.Delta, isInInitialList bool, a *applyErrors) error {
 	s.counters.events.Add(int64(len(deltas)))
+	// History the cache holds already (fresh at a later R): not applied.
+	kept := deltas[:0:0]
+	for _, d := range deltas {
+		if _, rv, tomb := deltaMeta(d); d.Type != cache.Sync && !tomb && s.fr.Skip(rv) {
+			continue
+		}
+		kept = append(kept, d)
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	deltas = kept
 	count := s.indexer.Len()
 	txns := make([]cache.Transaction, len(deltas))
 	notes := make([]processor.Notification, len(deltas))

@@ -69,7 +69,9 @@ type Options struct {
 	// Logger logs the verdicts.
 	Logger klog.Logger
 	// OnFresh is called, holding Lock, once the informer is fresh at rv
-	// ("" when it is not known: the fallback).
+	// ("" when it is not known: the fallback); when rv is after what the
+	// cache has applied (its content equal to the server's at rv), the
+	// informer moves its resourceVersion to rv.
 	OnFresh func(rv string)
 	// OnOtherHistory is called, holding Lock, when the Tracker finds that
 	// the server's history is not the cache's (it asks for a relist of the
@@ -95,8 +97,17 @@ type Tracker struct {
 	// is applied: the cache then held the scope's state at R.
 	crossed bool
 	atR     int
-	// catchup is the metadata list's plan, nil when there is none.
-	catchup *Catchup
+	// catchup is the metadata list's plan, nil when there is none;
+	// caughtUpNow says the deltas applied so far complete it (judged at
+	// the end of the batch: EndBatch).
+	catchup     *Catchup
+	caughtUpNow bool
+	// skipTo is R when the informer was made fresh at R ahead of what the
+	// watch had applied (its content equal to the server's at R): the
+	// watch's events up to R are history the content already holds (a
+	// create and delete made while down among them), and are skipped
+	// (Skip).
+	skipTo string
 	// fallback: fresh at the first watch event or bookmark applied;
 	// sawWatch: one was applied already.
 	fallback, sawWatch bool
@@ -233,7 +244,9 @@ func (t *Tracker) Applied(key, rv string, deleted, tombstone bool, count int) {
 	}
 	if c := t.catchup; c != nil {
 		if c.Observe(key, rv, deleted) {
-			t.caughtUp(c)
+			// Fresh once the batch is applied: a later delta of it may
+			// bring what the plan must wait for again.
+			t.caughtUpNow = true
 			return
 		}
 		t.pending.Store(int64(c.Pending()))
@@ -249,6 +262,30 @@ func (t *Tracker) Applied(key, rv string, deleted, tombstone bool, count int) {
 	if t.r != "" {
 		t.progress(rv, count)
 	}
+}
+
+// EndBatch notes the end of a batch of deltas (one delta alone too): the
+// catch-up the batch completed makes the informer fresh now.
+func (t *Tracker) EndBatch() {
+	if t.caughtUpNow && t.catchup != nil && !t.fresh && !t.listPending.Load() {
+		t.caughtUp(t.catchup)
+	}
+	t.caughtUpNow = false
+}
+
+// Skip reports whether the watch event of resourceVersion rv is history
+// the cache holds already (it was made fresh at a later R, see skipTo):
+// the informer does not apply it. The first event past R ends that.
+// Caller holds Lock.
+func (t *Tracker) Skip(rv string) bool {
+	if t.skipTo == "" {
+		return false
+	}
+	if c, err := resourceversion.CompareResourceVersion(rv, t.skipTo); err == nil && c <= 0 {
+		return true
+	}
+	t.skipTo = ""
+	return false
 }
 
 // Bookmark notes a bookmark the cache applied.
@@ -369,6 +406,9 @@ func (t *Tracker) mark(rv string) {
 	t.catchup = nil
 	t.pending.Store(0)
 	t.off.Store(true)
+	if rv != "" && before(t.o.Cache.ResourceVersion(), rv) {
+		t.skipTo = rv
+	}
 	if rv != "" {
 		t.rv.Store(&rv)
 	}
