@@ -55,7 +55,7 @@ func (h *Handler) serveDiscovery(w http.ResponseWriter, r *http.Request, path st
 	case len(parts) == 2 && parts[0] == "apis":
 		g := h.group(parts[1])
 		if g == nil {
-			h.writeError(w, pathNotFound())
+			h.writeError(w, r, pathNotFound())
 			return true
 		}
 		obj = g
@@ -63,7 +63,7 @@ func (h *Handler) serveDiscovery(w http.ResponseWriter, r *http.Request, path st
 		obj = h.resourceList(schema.GroupVersion{Group: parts[1], Version: parts[2]})
 	case len(parts) == 1 && (parts[0] == "openapi" || parts[0] == "swagger.json"),
 		len(parts) >= 2 && parts[0] == "openapi":
-		h.writeError(w, &apierrors.StatusError{ErrStatus: metav1.Status{
+		h.writeError(w, r, &apierrors.StatusError{ErrStatus: metav1.Status{
 			Status: metav1.StatusFailure, Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound,
 			Message: "the local API serves no OpenAPI documents (kubectl explain and client-side validation need the cluster)",
 		}})
@@ -75,24 +75,30 @@ func (h *Handler) serveDiscovery(w http.ResponseWriter, r *http.Request, path st
 		return true
 	}
 	if rl, ok := obj.(*metav1.APIResourceList); ok && len(rl.APIResources) == 0 {
-		h.writeError(w, pathNotFound())
+		h.writeError(w, r, pathNotFound())
 		return true
 	}
 	if ro, ok := obj.(runtime.Object); ok {
 		var buf bytes.Buffer
 		if err := jsonSerializer.Encode(ro, &buf); err != nil {
-			h.writeError(w, err)
+			h.writeError(w, r, err)
 			return true
 		}
 		writeBody(w, r, formatJSON, buf.Bytes())
 		return true
 	}
-	b, err := json.Marshal(obj)
+	// /version: indented whatever the request, as kube-apiserver writes
+	// it (WriteRawJSON), never gzipped.
+	b, err := json.MarshalIndent(obj, "", "  ")
 	if err != nil {
-		h.writeError(w, err)
+		h.writeError(w, r, err)
 		return true
 	}
-	writeBody(w, r, formatJSON, b)
+	w.Header().Set("Content-Type", mediaJSON)
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(b)
+	}
 	return true
 }
 
@@ -101,7 +107,7 @@ func (h *Handler) isReadOnly(w http.ResponseWriter, r *http.Request, path string
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		return true
 	}
-	h.writeError(w, apierrors.NewMethodNotSupported(schema.GroupResource{Resource: path}, methodVerb(r.Method, true)))
+	h.writeError(w, r, apierrors.NewMethodNotSupported(schema.GroupResource{Resource: path}, methodVerb(r.Method, true)))
 	return false
 }
 

@@ -1,7 +1,6 @@
 package localapi
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	goruntime "runtime"
 	"runtime/debug"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -457,11 +455,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				panic(p)
 			}
 			h.logger.Error(fmt.Errorf("%v", p), "Request panicked", "path", r.URL.Path, "stack", string(debug.Stack()))
-			h.writeError(w, apierrors.NewInternalError(fmt.Errorf("local API: %v", p)))
+			h.writeError(w, r, apierrors.NewInternalError(fmt.Errorf("local API: %v", p)))
 		}
 	}()
-	if h.opts.Token != "" && r.Context().Value(socketConn{}) == nil && !h.authorized(r) {
-		h.writeError(w, apierrors.NewUnauthorized("Unauthorized"))
+	if h.opts.Token != "" && r.Context().Value(socketConn{}) == nil && !publicPath(r.URL.Path) && !h.authorized(r) {
+		h.writeError(w, r, apierrors.NewUnauthorized("Unauthorized"))
 		return
 	}
 	path := r.URL.Path
@@ -469,6 +467,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.serveResource(w, r)
+}
+
+// publicPath reports whether path is served without credentials, as
+// kube-apiserver serves it to anyone (its system:public-info-viewer role):
+// the health checks and /version, for probes.
+func publicPath(path string) bool {
+	switch strings.TrimSuffix(path, "/") {
+	case "/healthz", "/livez", "/readyz", "/version":
+		return true
+	}
+	return false
 }
 
 // authorized reads the bearer token as kube-apiserver does: the scheme's
@@ -481,35 +490,3 @@ func (h *Handler) authorized(r *http.Request) bool {
 	return subtle.ConstantTimeCompare([]byte(parts[1]), []byte(h.opts.Token)) == 1
 }
 
-// writeError writes err as a Status (JSON, which every client decodes).
-func (h *Handler) writeError(w http.ResponseWriter, err error) {
-	st := toStatus(err)
-	st.APIVersion, st.Kind = "v1", "Status"
-	var buf bytes.Buffer
-	if err := jsonSerializer.Encode(st, &buf); err != nil {
-		http.Error(w, st.Message, int(st.Code))
-		return
-	}
-	w.Header().Set("Content-Type", mediaJSON)
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	if st.Details != nil && st.Details.RetryAfterSeconds > 0 {
-		w.Header().Set("Retry-After", fmt.Sprint(st.Details.RetryAfterSeconds))
-	}
-	code := int(st.Code)
-	if code == 0 {
-		code = http.StatusInternalServerError
-	}
-	w.WriteHeader(code)
-	_, _ = w.Write(buf.Bytes())
-}
-
-// writeBody writes a 200 with body in format f.
-func writeBody(w http.ResponseWriter, r *http.Request, f format, body []byte) {
-	w.Header().Set("Content-Type", f.mediaType())
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(http.StatusOK)
-	if r.Method != http.MethodHead {
-		_, _ = w.Write(body)
-	}
-}
