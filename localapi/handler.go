@@ -489,4 +489,3 @@ func (h *Handler) authorized(r *http.Request) bool {
 	}
 	return subtle.ConstantTimeCompare([]byte(parts[1]), []byte(h.opts.Token)) == 1
 }
-
