@@ -14,7 +14,11 @@
 // kubeconfig for clients.
 //
 // It never writes: every write verb is refused with a 405 Status, and the
-// cache file is never touched. It does no admission, no authorization
+// cache file is never touched. What it does not serve says why, in the
+// shapes kubectl prints (notserved.go): built-in resources no informer
+// serves are in discovery without verbs and answer with a 404 naming what
+// is served; OpenAPI is a text/plain 403; SelfSubjectAccessReview and
+// SelfSubjectRulesReview answer kubectl auth can-i. It does no admission, no authorization
 // beyond the socket's mode or the one bearer token, no conversion between
 // versions, and it serves only what the agent caches (an informer limited
 // to one node's Pods serves those Pods). Secrets are served only when

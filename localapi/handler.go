@@ -463,6 +463,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := r.URL.Path
+	if h.serveReview(w, r) {
+		return
+	}
 	if h.serveDiscovery(w, r, path) {
 		return
 	}

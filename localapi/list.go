@@ -31,12 +31,16 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if sv == nil {
-		h.writeError(w, r, pathNotFound())
+		h.writeError(w, r, h.notServed(&req))
 		return
 	}
 	gr := sv.res.GroupVersionResource.GroupResource()
+	if req.subresource != "" && req.subresource != "status" {
+		h.writeError(w, r, h.subresourceNotServed(gr, &req))
+		return
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		h.writeError(w, r, apierrors.NewMethodNotSupported(gr, methodVerb(r.Method, req.name != "")))
+		h.writeError(w, r, readOnly(gr, methodVerb(r.Method, req.name != "")))
 		return
 	}
 	if sv.refused != "" {
@@ -46,10 +50,6 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request) {
 	// A namespace in the path of a cluster-wide resource, or a name
 	// without one for a namespaced resource, is no path of the API.
 	if (req.namespace != "" && !sv.res.namespaced()) || (req.name != "" && req.namespace == "" && sv.res.namespaced()) {
-		h.writeError(w, r, pathNotFound())
-		return
-	}
-	if req.subresource != "" && req.subresource != "status" {
 		h.writeError(w, r, pathNotFound())
 		return
 	}
