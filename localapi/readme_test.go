@@ -37,12 +37,10 @@ func serveLocalAPI(ctx context.Context, db *boltinformer.DB, factory *boltinform
 		return err
 	}
 	defer h.Close()
-	// TLS on loopback, with the token: kubectl and every language's client.
-	tcp, err := localapi.ListenLocal("127.0.0.1:0", cert)
+	// TLS on loopback, with the token, for kubectl and every language's
+	// client; the kubeconfig's port is taken again at the next start.
+	tcp, err := localapi.ListenLocalKubeconfig(filepath.Join(dir, "kubeconfig"), "127.0.0.1:0", token, cert)
 	if err != nil {
-		return err
-	}
-	if err := localapi.WriteKubeconfig(filepath.Join(dir, "kubeconfig"), tcp.Addr().String(), token, cert); err != nil {
 		return err
 	}
 	// A Unix socket, mode 0600, no token: Go clients (localapi.UnixConfig).

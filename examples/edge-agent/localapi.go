@@ -53,11 +53,10 @@ func (c *config) listenAPI() (*apiListeners, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if a.tcp, err = localapi.ListenLocal(c.apiListen, cert); err != nil {
-		return fail(err)
-	}
+	// Port 0 takes the kubeconfig's port again: clients of the last run
+	// reconnect.
 	a.kubeconfig = filepath.Join(c.apiDir, "kubeconfig")
-	if err := localapi.WriteKubeconfig(a.kubeconfig, a.tcp.Addr().String(), a.token, cert); err != nil {
+	if a.tcp, err = localapi.ListenLocalKubeconfig(a.kubeconfig, c.apiListen, a.token, cert); err != nil {
 		return fail(err)
 	}
 	return a, nil
