@@ -734,6 +734,15 @@ func (x *Indexer) CommitError() error {
 	return x.commitErr
 }
 
+// Identity returns the identity fields this indexer writes with its
+// commits (ClusterID, Resource, ListOptions, Transform): what it was
+// opened with, or the last SetIdentity.
+func (x *Indexer) Identity() store.State {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.identity
+}
+
 // SetIdentity replaces the identity fields of the state record; they are
 // written with the next commit.
 func (x *Indexer) SetIdentity(id store.State) {

@@ -76,6 +76,7 @@ type served struct {
 	refused  string         // why requests are refused (403), or ""
 	protobuf bool           // the objects have a protobuf encoding
 	example  runtime.Object // an empty object of the kind (bookmarks)
+	scope    *scope         // what the informer lists, or nil (unknown, everything)
 }
 
 // Handler is the local API: an http.Handler over a DB's informers (New)
@@ -140,6 +141,11 @@ type Snapshot struct {
 	// payloads are encrypted and no key was given): requests get 403
 	// with it.
 	Refused string
+	// ListOptions is the informer's ListOptions fingerprint (the file's
+	// state records it; boltinformer.ListOptionsFingerprint): a request
+	// wider than its namespace and selectors gets a warning that the
+	// answer holds only what the informer lists.
+	ListOptions string
 }
 
 // NewStatic returns a local API serving fixed snapshots (a closed cache
@@ -164,7 +170,7 @@ func NewStatic(snaps []Snapshot, opts *Options) (*Handler, error) {
 		for i, o := range s.Objects {
 			objs[i] = o
 		}
-		sv := &served{res: r, refused: s.Refused}
+		sv := &served{res: r, refused: s.Refused, scope: newScope(s.ListOptions)}
 		if sv.refused == "" {
 			sv.refused = h.refusal(&r, nil, s.Objects)
 		}
@@ -354,7 +360,7 @@ func (h *Handler) attachLocked(inf *boltinformer.Informer) {
 		h.addLocked(&served{res: desc, refused: why}, nil)
 		return
 	}
-	h.addLocked(&served{res: desc, view: v, stop: stop}, objs)
+	h.addLocked(&served{res: desc, view: v, stop: stop, scope: newScope(inf.Indexer().Identity().ListOptions)}, objs)
 }
 
 // Close ends every watch, unregisters from the informers and makes every

@@ -89,6 +89,9 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, notSynced(gr))
 		return
 	}
+	if req.name == "" && sv.scope.wider(req.namespace, opts.labels, opts.fields) {
+		sv.scope.warnPartial(w, gr.Resource)
+	}
 	switch {
 	case watching:
 		if req.name != "" {
@@ -172,6 +175,9 @@ func (h *Handler) serveGet(w http.ResponseWriter, r *http.Request, sv *served, r
 		return
 	}
 	if it == nil {
+		if sv.scope != nil {
+			sv.scope.warnNotFound(w, gr.Resource)
+		}
 		h.writeError(w, r, notFound(gr, req.name))
 		return
 	}

@@ -195,7 +195,7 @@ func (a *app) snapshots(cmd *cobra.Command, path string, keys *encryptionconfig.
 				snaps = append(snaps, s)
 				continue
 			}
-			s.Resource, s.ResourceVersion = st.Resource, st.ResourceVersion
+			s.Resource, s.ResourceVersion, s.ListOptions = st.Resource, st.ResourceVersion, st.ListOptions
 			var bad int
 			var reason string
 			_, err := scanObjects(tx, inf, nil, d, func(string) bool { return true }, func(o *object) error {
