@@ -157,12 +157,16 @@ type Indexer struct {
 	onUndecodable func(int)
 	// mark and durable are the durability notices (durable.go), guarded
 	// by mu.
-	mark      func() uint64
-	durable   func(uint64)
-	transform cache.TransformFunc
-	strict    bool               // Options.VerifyRecords: a damaged record fails Open
-	stop      context.CancelFunc // own committer, else nil
-	done      chan struct{}
+	// windowKeep and windowSrc are the window's (window.go): how many
+	// changes the file keeps, and where they come from.
+	windowKeep int
+	windowSrc  WindowSource
+	mark       func() uint64
+	durable    func(uint64)
+	transform  cache.TransformFunc
+	strict     bool               // Options.VerifyRecords: a damaged record fails Open
+	stop       context.CancelFunc // own committer, else nil
+	done       chan struct{}
 
 	// lru holds decoded objects in Bounded mode; it locks itself. Lock
 	// order: mu before lru.

@@ -78,9 +78,11 @@ func (x *Indexer) Pending() (*store.Batch, error) {
 		x.prune = ""
 	}
 	x.stateDirty, x.reset, x.drop, x.listed = false, false, nil, false
+	keep, src := x.windowKeep, x.windowSrc
 	x.mu.Unlock()
 
 	b.Ops, tok.enc = x.encodeOps(ops)
+	x.windowBatch(b, tok, keep, src)
 	if tok.enc.chunks != nil {
 		b.Encoding = tok.enc
 	}

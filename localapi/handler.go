@@ -339,6 +339,9 @@ func (h *Handler) attachLocked(inf *boltinformer.Informer) {
 	v := newView(h.opts.WindowEvents, h.budget)
 	v.refuseSecrets = !h.opts.Secrets
 	v.mu.Lock()
+	// The window is kept in the file: after a restart the watches resume
+	// from any resourceVersion it held (Informer.KeepWindow).
+	inf.KeepWindow(h.opts.WindowEvents)
 	st, stop := inf.Observe(v.apply)
 	v.initLocked(st)
 	objs := make([]runtime.Object, 0, len(st.Objects))
