@@ -161,9 +161,10 @@ func TestRegressionHTTPAsKubeAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	kas := cluster.RESTConfig()
-	waitFor(t, "the agent to have the ConfigMaps", func() bool {
-		_, b := kasGet(t, local, "/api/v1/namespaces/"+ns+"/configmaps", nil)
-		return bytes.Contains(b, []byte(`"name":"big"`))
+	waitFor(t, "the agent to have the ConfigMaps and the Pods", func() bool {
+		_, cms := kasGet(t, local, "/api/v1/namespaces/"+ns+"/configmaps", nil)
+		_, pods := kasGet(t, local, "/api/v1/namespaces/"+ns+"/pods", nil)
+		return bytes.Contains(cms, []byte(`"name":"big"`)) && bytes.Contains(pods, []byte(`"name":"pod-00011"`))
 	})
 	for _, path := range []string{"/healthz", "/livez", "/readyz", "/version"} {
 		kr, kb := kasGet(t, rest.AnonymousClientConfig(kas), path, nil)
