@@ -112,7 +112,7 @@ var readmeBlocks = map[string]any{
 		tail:     "factory.Start(nil)",
 		eachLine: true,
 	},
-	"Local API: the cache for other programs on the node#1": readmeBody{"localapi/readme_test.go", "serveLocalAPI"},
+	"In your own agent#1":  readmeBody{"localapi/readme_test.go", "serveLocalAPI"},
 	"controller-runtime#1": readmeBody{"controllerruntime/readme_test.go", "runOperator"},
 }
 

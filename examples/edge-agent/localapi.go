@@ -19,6 +19,7 @@ import (
 // is opened (a bad path or a taken port fails before it is touched).
 type apiListeners struct {
 	sock, tcp  net.Listener
+	sockPath   string
 	token      string
 	kubeconfig string
 }
@@ -36,6 +37,7 @@ func (c *config) listenAPI() (*apiListeners, error) {
 	if a.sock, err = localapi.ListenUnix(c.apiSocket); err != nil {
 		return nil, fmt.Errorf("-api-socket: %w", err)
 	}
+	a.sockPath = c.apiSocket
 	if c.apiListen == "" {
 		return a, nil
 	}
@@ -96,7 +98,7 @@ func (a *apiListeners) serve(ctx context.Context, db *boltinformer.DB) (stop fun
 			}
 		}()
 	}
-	klog.InfoS("Local API serving", "socket", a.sock.Addr().String(), "tls", addrOf(a.tcp), "kubeconfig", a.kubeconfig)
+	klog.InfoS("Local API serving", "socket", a.sockPath, "tls", addrOf(a.tcp), "kubeconfig", a.kubeconfig)
 	a.sock, a.tcp = nil, nil // Serve closes them
 	return func() {
 		wg.Wait()
