@@ -33,6 +33,7 @@ const (
 // an array. Object and Prev are Record envelopes (EncodeRecord), sealed as
 // the informer's objects are.
 type WindowEvent struct {
+	//lint:ignore U1000 msgpack reads its struct options from this field
 	_msgpack struct{} `msgpack:",as_array"`
 	// Type is WindowUpsert or WindowDelete.
 	Type byte
