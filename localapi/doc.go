@@ -9,9 +9,11 @@
 // limit/continue, JSON, YAML and protobuf, Tables and
 // PartialObjectMetadata; the window of recent events that lets a watch
 // resume from a resourceVersion (a bounded watch cache, fed by
-// boltinformer.Informer.Observe); the apiserver's error shapes; the
-// listeners (a 0600 Unix socket, 127.0.0.1 with a bearer token) and a
-// kubeconfig for clients.
+// boltinformer.Informer.Observe and kept in the cache file by
+// Informer.KeepWindow, so that watches resume across restarts); the
+// apiserver's error shapes; the listeners (a 0600 Unix socket, 127.0.0.1
+// with a bearer token) and a kubeconfig for clients, whose port a
+// restart keeps (ListenLocalKubeconfig).
 //
 // It never writes: every write verb is refused with a 405 Status, and the
 // cache file is never touched. What it does not serve says why, in the
@@ -27,6 +29,12 @@
 // run over snapshots, outside the lock the informer's updates take. The
 // token, TLS files and socket directory are trusted as ssh trusts its
 // files (the user's or root's, written by no one else).
+//
+// A request wider than what an informer caches (its namespace and
+// selectors, from its ListOptions fingerprint) gets a Warning header that
+// says the answer is partial (scope.go). The probes and /version need no
+// token; responses are gzipped and indented as kube-apiserver's are
+// (respond.go).
 //
 // Two sources: New serves a live DB's informers (the window fills as
 // their events arrive); NewStatic serves objects read from a closed file

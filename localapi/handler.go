@@ -36,7 +36,9 @@ type Options struct {
 	// from then on (its open watches end with 403).
 	Secrets bool
 	// WindowEvents bounds each resource's window of recent events, from
-	// which watches resume (default DefaultWindowEvents). Each event holds
+	// which watches resume (default DefaultWindowEvents). New keeps the
+	// same number in the cache file (Informer.KeepWindow): after a
+	// restart, a watch resumes from any resourceVersion the window held. Each event holds
 	// the object after the change and the one before: the window's memory
 	// is at most about 2 x WindowEvents objects per resource, and the
 	// event's encodings for watches (one per format watched).
