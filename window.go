@@ -1,6 +1,8 @@
 package boltinformer
 
 import (
+	"time"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 
@@ -37,7 +39,28 @@ type WindowChange struct {
 // encoded (and sealed) as records, written once more, and at most n
 // changes in the file.
 func (s *Informer) KeepWindow(n int) {
-	s.indexer.SetWindow(n, s.windowChanges)
+	s.indexer.SetWindow(n, s.windowChanges, s.windowLock)
+}
+
+// windowLock holds the informer's changes (blockDeltas) while the indexer
+// takes a batch, so that the batch holds the mutations of exactly the
+// changes numbered up to its mark: the loop applies a change to the
+// indexer, then numbers it, both under blockDeltas. It takes nothing when
+// no observer is registered (no change is numbered then), and so never
+// waits for Observe, which holds blockDeltas while it flushes before it
+// registers the first observer.
+func (s *Informer) windowLock() func() {
+	for {
+		if !s.observing() {
+			s.windowLocked = false
+			return func() {}
+		}
+		if s.blockDeltas.TryLock() {
+			s.windowLocked = true
+			return s.blockDeltas.Unlock
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
 }
 
 // windowChanges is the indexer's WindowSource: the changes queued for the
@@ -45,6 +68,11 @@ func (s *Informer) KeepWindow(n int) {
 // it, as the observers' view applies them (an upsert of the same object is
 // no change; a delete of an unknown key moves only the resourceVersion).
 func (s *Informer) windowChanges(mark uint64) ([]indexer.WindowChange, bool, bool) {
+	if !s.windowLocked {
+		// The batch was taken while no observer was registered: changes
+		// may have been applied without their numbers.
+		return nil, false, false
+	}
 	ob := &s.obs
 	ob.mu.Lock()
 	defer ob.mu.Unlock()

@@ -161,12 +161,16 @@ type Indexer struct {
 	// changes the file keeps, and where they come from.
 	windowKeep int
 	windowSrc  WindowSource
-	mark       func() uint64
-	durable    func(uint64)
-	transform  cache.TransformFunc
-	strict     bool               // Options.VerifyRecords: a damaged record fails Open
-	stop       context.CancelFunc // own committer, else nil
-	done       chan struct{}
+	windowLock func() (unlock func())
+	// windowEnc are the encodings of the objects after the last window
+	// batch's changes, by object (window.go); used by Pending only.
+	windowEnc map[kruntime.Object][]byte
+	mark      func() uint64
+	durable   func(uint64)
+	transform cache.TransformFunc
+	strict    bool               // Options.VerifyRecords: a damaged record fails Open
+	stop      context.CancelFunc // own committer, else nil
+	done      chan struct{}
 
 	// lru holds decoded objects in Bounded mode; it locks itself. Lock
 	// order: mu before lru.

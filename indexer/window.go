@@ -38,11 +38,26 @@ type WindowSource func(mark uint64) (changes []WindowChange, reset, ok bool)
 
 // SetWindow makes the indexer keep the newest keep changes that src gives
 // in the file (keep 0: none; every batch that changes objects clears the
-// window then).
-func (x *Indexer) SetWindow(keep int, src WindowSource) {
+// window then). lock, when not nil, is taken while a batch is taken (and
+// its mark), and the function it returns releases it: the caller's
+// changes are applied and given their numbers under it, so that a batch
+// holds the mutations of exactly the changes up to its mark.
+func (x *Indexer) SetWindow(keep int, src WindowSource, lock func() (unlock func())) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.windowKeep, x.windowSrc = keep, src
+	x.windowKeep, x.windowSrc, x.windowLock = keep, src, lock
+}
+
+// lockForWindow takes the window's lock (SetWindow) when the indexer keeps
+// a window, and returns what releases it.
+func (x *Indexer) lockForWindow() func() {
+	x.mu.RLock()
+	keep, lock := x.windowKeep, x.windowLock
+	x.mu.RUnlock()
+	if keep <= 0 || lock == nil {
+		return func() {}
+	}
+	return lock()
 }
 
 // windowBatch fills the window fields of b, a batch whose durability mark
@@ -69,7 +84,10 @@ func (x *Indexer) windowBatch(b *store.Batch, tok *token, keep int, src WindowSo
 }
 
 // encodeWindow encodes changes as the store keeps them, their objects
-// sealed as the informer's records are.
+// sealed as the informer's records are. An object is encoded once: the
+// one before a change is, most often, the one after an earlier change of
+// the batch or of the last one (x.windowEnc, kept for the next batch).
+// Called from Pending only (the committer's goroutine).
 func (x *Indexer) encodeWindow(chs []WindowChange) ([]store.WindowEvent, error) {
 	if len(chs) == 0 {
 		return nil, nil
@@ -77,18 +95,29 @@ func (x *Indexer) encodeWindow(chs []WindowChange) ([]store.WindowEvent, error) 
 	buf := &store.RecordBuffer{}
 	defer buf.Release()
 	enc := x.codec.NewEncoder(buf)
+	done := make(map[runtime.Object][]byte, len(chs))
 	encode := func(key string, obj runtime.Object) ([]byte, error) {
 		if obj == nil {
 			return nil, nil
+		}
+		if b, ok := done[obj]; ok {
+			return b, nil
+		}
+		if b, ok := x.windowEnc[obj]; ok {
+			done[obj] = b
+			return b, nil
 		}
 		var r store.Record
 		raw, err := enc.Encode(key, obj, &r)
 		if err != nil {
 			return nil, err
 		}
-		return append([]byte(nil), raw...), nil
+		b := append([]byte(nil), raw...)
+		done[obj] = b
+		return b, nil
 	}
 	out := make([]store.WindowEvent, len(chs))
+	at := make(map[runtime.Object]int, len(chs)) // an object after a change of the batch: its event, from 1
 	for i, c := range chs {
 		e := store.WindowEvent{Type: store.WindowUpsert, Key: c.Key, ResourceVersion: c.ResourceVersion, PrevResourceVersion: c.PrevResourceVersion}
 		if c.Delete {
@@ -98,11 +127,25 @@ func (x *Indexer) encodeWindow(chs []WindowChange) ([]store.WindowEvent, error) 
 		if e.Object, err = encode(c.Key, c.Object); err != nil {
 			return nil, fmt.Errorf("window event of %q: %w", c.Key, err)
 		}
-		if e.Prev, err = encode(c.Key, c.Prev); err != nil {
+		if j, ok := at[c.Prev]; ok && c.Prev != nil {
+			e.PrevAt = j // stored once, in that event
+		} else if e.Prev, err = encode(c.Key, c.Prev); err != nil {
 			return nil, fmt.Errorf("window event of %q: %w", c.Key, err)
+		}
+		if c.Object != nil {
+			at[c.Object] = i + 1
 		}
 		out[i] = e
 	}
+	// The objects after this batch's changes are the ones before the next
+	// batch's.
+	next := make(map[runtime.Object][]byte, len(chs))
+	for _, c := range chs {
+		if c.Object != nil && !c.Delete {
+			next[c.Object] = done[c.Object]
+		}
+	}
+	x.windowEnc = next
 	return out, nil
 }
 

@@ -36,13 +36,19 @@ type Options struct {
 	// from then on (its open watches end with 403).
 	Secrets bool
 	// WindowEvents bounds each resource's window of recent events, from
-	// which watches resume (default DefaultWindowEvents). New keeps the
-	// same number in the cache file (Informer.KeepWindow): after a
-	// restart, a watch resumes from any resourceVersion the window held. Each event holds
+	// which watches resume (default DefaultWindowEvents). Each event holds
 	// the object after the change and the one before: the window's memory
 	// is at most about 2 x WindowEvents objects per resource, and the
-	// event's encodings for watches (one per format watched).
+	// event's encodings for watches (one per format watched). New keeps
+	// the same number in the cache file (Informer.KeepWindow): after a
+	// restart, a watch resumes from any resourceVersion the window held.
 	WindowEvents int
+	// WindowInMemory keeps the window in memory only: after a restart a
+	// watch from before it gets 410 and its client relists. It saves what
+	// keeping the window in the file costs each change: its object and
+	// the one before it encoded and written once more (about 15 to 23 us
+	// of CPU per change; docs/BENCHMARKS.md, "Local API").
+	WindowInMemory bool
 	// ListCacheBytes bounds the encodings of list items kept across
 	// requests, all resources together (default DefaultListCacheBytes; a
 	// negative value keeps none). A LIST encodes each object once per
@@ -343,7 +349,9 @@ func (h *Handler) attachLocked(inf *boltinformer.Informer) {
 	v.mu.Lock()
 	// The window is kept in the file: after a restart the watches resume
 	// from any resourceVersion it held (Informer.KeepWindow).
-	inf.KeepWindow(h.opts.WindowEvents)
+	if !h.opts.WindowInMemory {
+		inf.KeepWindow(h.opts.WindowEvents)
+	}
 	st, stop := inf.Observe(v.apply)
 	v.initLocked(st)
 	objs := make([]runtime.Object, 0, len(st.Objects))

@@ -16,8 +16,8 @@ import (
 // change, so that after any stop, kill -9 included, the window ends where
 // the objects do and a watch from a resourceVersion in it resumes.
 
-// bucketWindow holds, per informer, its window of changes by sequence
-// number (version 5).
+// bucketWindow holds, per informer, its window of changes: one chunk per
+// batch, by sequence number (version 5).
 var bucketWindow = []byte("window")
 
 // Window event types.
@@ -30,8 +30,9 @@ const (
 )
 
 // WindowEvent is one change of an informer's window, msgpack-encoded as
-// an array. Object and Prev are Record envelopes (EncodeRecord), sealed as
-// the informer's objects are.
+// an array; each batch's events are one chunk, an array of them. Object
+// and Prev are Record envelopes (EncodeRecord), sealed as the informer's
+// objects are.
 type WindowEvent struct {
 	//lint:ignore U1000 msgpack reads its struct options from this field
 	_msgpack struct{} `msgpack:",as_array"`
@@ -46,27 +47,9 @@ type WindowEvent struct {
 	// Object is the object after the change (a delete: its final state);
 	// Prev the one before (nil for an add).
 	Object, Prev []byte
-}
-
-// EncodeWindowEvent encodes e as stored.
-func EncodeWindowEvent(e *WindowEvent) ([]byte, error) {
-	b, err := msgpack.Marshal(e)
-	if err != nil {
-		return nil, fmt.Errorf("store: window event: %w", err)
-	}
-	return b, nil
-}
-
-// DecodeWindowEvent decodes a stored window event.
-func DecodeWindowEvent(b []byte) (*WindowEvent, error) {
-	var e WindowEvent
-	if err := msgpack.Unmarshal(b, &e); err != nil {
-		return nil, fmt.Errorf("%w: window event: %w", ErrCorrupt, err)
-	}
-	if e.Type != WindowUpsert && e.Type != WindowDelete {
-		return nil, fmt.Errorf("%w: window event of type %d", ErrCorrupt, e.Type)
-	}
-	return &e, nil
+	// PrevAt, when not 0, says that Prev is the Object of event PrevAt-1
+	// of the same chunk (not stored twice); Tx.Window fills Prev.
+	PrevAt int
 }
 
 // keyWindowThrough, in the window bucket, is the informer's
@@ -75,14 +58,16 @@ func DecodeWindowEvent(b []byte) (*WindowEvent, error) {
 // writer that does not keep it, and is not to be used.
 var keyWindowThrough = []byte("through")
 
-// windowKey is the bucket key of sequence number seq.
+// windowKey is the bucket key of chunk number seq.
 func windowKey(seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(nil, seq)
 }
 
 // applyWindow writes a batch's window: it clears it (Batch.WindowReset),
-// appends the events (Batch.Window) after the last one, then keeps the
-// newest Batch.WindowKeep.
+// appends the batch's events (Batch.Window) as one chunk after the last,
+// then drops the oldest chunks while the others hold Batch.WindowKeep
+// events or more (so the window holds at least WindowKeep events when it
+// has seen that many, and at most that plus one batch's).
 func (ib *informerBuckets) applyWindow(b *Batch) error {
 	if b.WindowReset && ib.root.Bucket(bucketWindow) != nil {
 		if err := ib.root.DeleteBucket(bucketWindow); err != nil {
@@ -90,24 +75,22 @@ func (ib *informerBuckets) applyWindow(b *Batch) error {
 		}
 	}
 	w := ib.root.Bucket(bucketWindow)
-	if w != nil && b.State != nil {
+	if w == nil && len(b.Window) > 0 {
+		var err error
+		if w, err = ib.root.CreateBucket(bucketWindow); err != nil {
+			return fmt.Errorf("window: %w", err)
+		}
+	}
+	if w == nil {
+		return nil
+	}
+	if b.State != nil {
 		if err := w.Put(keyWindowThrough, []byte(b.State.ResourceVersion)); err != nil {
 			return fmt.Errorf("window: %w", err)
 		}
 	}
 	if len(b.Window) == 0 {
 		return nil
-	}
-	if w == nil {
-		var err error
-		if w, err = ib.root.CreateBucket(bucketWindow); err != nil {
-			return fmt.Errorf("window: %w", err)
-		}
-		if b.State != nil {
-			if err := w.Put(keyWindowThrough, []byte(b.State.ResourceVersion)); err != nil {
-				return fmt.Errorf("window: %w", err)
-			}
-		}
 	}
 	var next uint64 = 1
 	c := w.Cursor()
@@ -117,42 +100,55 @@ func (ib *informerBuckets) applyWindow(b *Batch) error {
 			break
 		}
 	}
+	size := 8
 	for i := range b.Window {
-		raw, err := EncodeWindowEvent(&b.Window[i])
-		if err != nil {
-			return err
-		}
-		if err := w.Put(windowKey(next), raw); err != nil {
-			return fmt.Errorf("window: %w", err)
-		}
-		next++
+		e := &b.Window[i]
+		size += 40 + len(e.Key) + len(e.ResourceVersion) + len(e.PrevResourceVersion) + len(e.Object) + len(e.Prev)
 	}
-	if b.WindowKeep <= 0 {
-		return nil
+	var buf bytes.Buffer
+	buf.Grow(size) // one allocation: the events' records are most of it
+	if err := msgpack.NewEncoder(&buf).Encode(b.Window); err != nil {
+		return fmt.Errorf("store: window events: %w", err)
 	}
-	if next <= uint64(b.WindowKeep) {
-		return nil
+	if err := w.Put(windowKey(next), buf.Bytes()); err != nil {
+		return fmt.Errorf("window: %w", err)
 	}
-	return trimWindow(w, next-uint64(b.WindowKeep))
+	if b.WindowKeep > 0 {
+		return trimWindow(w, b.WindowKeep)
+	}
+	return nil
 }
 
-// trimWindow removes the events numbered below first.
-func trimWindow(w *bolt.Bucket, first uint64) error {
-	c := w.Cursor()
-	var gone [][]byte
-	for k, _ := c.First(); k != nil; k, _ = c.Next() {
-		if len(k) != 8 {
-			continue // through
-		}
-		if binary.BigEndian.Uint64(k) >= first {
-			break
-		}
-		gone = append(gone, append([]byte(nil), k...))
+// trimWindow drops the oldest chunks while the others hold keep events or
+// more.
+func trimWindow(w *bolt.Bucket, keep int) error {
+	type chunk struct {
+		key []byte
+		n   int
 	}
-	for _, k := range gone {
-		if err := w.Delete(k); err != nil {
+	var chunks []chunk
+	total := 0
+	err := w.ForEach(func(k, v []byte) error {
+		if len(k) != 8 {
+			return nil // through
+		}
+		n, err := msgpack.NewDecoder(bytes.NewReader(v)).DecodeArrayLen()
+		if err != nil {
+			n = 0 // damaged: dropped first
+		}
+		chunks = append(chunks, chunk{append([]byte(nil), k...), n})
+		total += n
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("window: %w", err)
+	}
+	for len(chunks) > 1 && total-chunks[0].n >= keep {
+		if err := w.Delete(chunks[0].key); err != nil {
 			return fmt.Errorf("window: %w", err)
 		}
+		total -= chunks[0].n
+		chunks = chunks[1:]
 	}
 	return nil
 }
@@ -178,15 +174,46 @@ func (t *Tx) Window(informer string) ([]*WindowEvent, error) {
 		if len(k) != 8 {
 			return fmt.Errorf("%w: informer %q: window key %x", ErrCorrupt, informer, k)
 		}
-		e, err := DecodeWindowEvent(v)
-		if err != nil {
-			return fmt.Errorf("informer %q: window event %d: %w", informer, binary.BigEndian.Uint64(k), err)
+		var evs []*WindowEvent
+		if err := msgpack.Unmarshal(v, &evs); err != nil {
+			return fmt.Errorf("%w: informer %q: window chunk %d: %w", ErrCorrupt, informer, binary.BigEndian.Uint64(k), err)
 		}
-		out = append(out, e)
+		for i, e := range evs {
+			if e == nil || (e.Type != WindowUpsert && e.Type != WindowDelete) || e.PrevAt < 0 || e.PrevAt > i {
+				return fmt.Errorf("%w: informer %q: window chunk %d: event %d is not a window event", ErrCorrupt, informer, binary.BigEndian.Uint64(k), i)
+			}
+			if e.PrevAt > 0 {
+				e.Prev = evs[e.PrevAt-1].Object
+			}
+		}
+		out = append(out, evs...)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// WindowChunks returns the number of events of each chunk of the
+// informer's window, oldest first: the window holds at least its keep
+// (when it has seen as many) and fewer without its oldest chunk.
+func (t *Tx) WindowChunks(informer string) ([]int, error) {
+	w := t.sub(informer, bucketWindow)
+	if w == nil {
+		return nil, nil
+	}
+	var out []int
+	err := w.ForEach(func(k, v []byte) error {
+		if len(k) != 8 {
+			return nil
+		}
+		n, err := msgpack.NewDecoder(bytes.NewReader(v)).DecodeArrayLen()
+		if err != nil {
+			return fmt.Errorf("%w: informer %q: window chunk %d: %w", ErrCorrupt, informer, binary.BigEndian.Uint64(k), err)
+		}
+		out = append(out, n)
+		return nil
+	})
+	return out, err
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/boltinformer/boltinformer/store"
 )
 
-// The window keeps the newest WindowKeep events in order (also while it
-// holds fewer), is cleared by WindowReset and by an informer Reset, and is
+// The window keeps at least the newest WindowKeep events in order, in
+// whole batches (also while it holds fewer), is cleared by WindowReset and by an informer Reset, and is
 // not served once a batch without the window moved the objects on (a
 // writer that does not keep it).
 func TestWindowKeepResetThrough(t *testing.T) {
@@ -56,15 +56,20 @@ func TestWindowKeepResetThrough(t *testing.T) {
 		t.Fatalf("3 of at most 10: %s", got)
 	}
 	commit(&store.Batch{Window: events(9), WindowKeep: 10})
-	if got := window(); len(got) != 10 || got[0] != "ns/p2" || got[9] != "ns/p108" {
-		t.Fatalf("12 kept to 10: %v", got)
+	if got := window(); len(got) != 12 || got[0] != "ns/p0" || got[11] != "ns/p108" {
+		t.Fatalf("3 and 9 of at least 10: %v", got)
+	}
+	commit(&store.Batch{Window: events(9), WindowKeep: 10})
+	// The oldest batch goes: the other two hold 18, at least 10.
+	if got := window(); len(got) != 18 || got[0] != "ns/p100" || got[17] != "ns/p208" {
+		t.Fatalf("3, 9 and 9 kept to 9 and 9: %v", got)
 	}
 	commit(&store.Batch{}) // a bookmark: the window still ends at the objects
-	if got := window(); len(got) != 10 {
+	if got := window(); len(got) != 18 {
 		t.Fatalf("after a batch without changes: %v", got)
 	}
 	commit(&store.Batch{WindowReset: true, Window: events(1), WindowKeep: 10})
-	if got := fmt.Sprint(window()); got != "[ns/p300]" {
+	if got := fmt.Sprint(window()); got != "[ns/p400]" {
 		t.Fatalf("reset then one: %s", got)
 	}
 	commit(&store.Batch{Reset: true})
