@@ -14,6 +14,7 @@ export BOLTINFORMER_LOCALAPI_LOAD ?= 1
 export BOLTINFORMER_POWERLOSS ?= 1
 export BOLTINFORMER_BENCH_CR ?= 1
 export BOLTINFORMER_KCM ?= 1
+export BOLTINFORMER_NOTIME_ROUNDS ?= 8
 endif
 
 # The modules beside the library's (their own go.mod each): the

@@ -49,6 +49,12 @@ type checkpoints struct {
 	all   map[string]Checkpoint
 	dirty map[string]bool // set or dropped since the last batch taken
 	taken map[string]bool // in the batch being committed
+	// onDisk are the checkpoints as the file has them: deletes are pruned
+	// by these only, so that a prune never reaches the file before the
+	// checkpoint that allowed it. takenVals are the batch's values (nil:
+	// dropped).
+	onDisk    map[string]Checkpoint
+	takenVals map[string]*Checkpoint
 	// live are the positions of durable handlers, read at each batch:
 	// checkpoint name -> informer name -> position.
 	live map[string]map[string]func() string
@@ -58,7 +64,7 @@ type checkpoints struct {
 // decode is dropped with a log line: its consumer starts over, getting
 // every object again (at least once).
 func (db *DB) loadCheckpoints() error {
-	cps := &checkpoints{db: db, all: map[string]Checkpoint{}, dirty: map[string]bool{}, live: map[string]map[string]func() string{}}
+	cps := &checkpoints{db: db, all: map[string]Checkpoint{}, dirty: map[string]bool{}, live: map[string]map[string]func() string{}, onDisk: map[string]Checkpoint{}}
 	var raw map[string][]byte
 	if err := db.store.View(func(tx *store.Tx) error { raw = tx.Checkpoints(); return nil }); err != nil {
 		return fmt.Errorf("boltinformer: read checkpoints: %w", err)
@@ -71,6 +77,7 @@ func (db *DB) loadCheckpoints() error {
 			continue
 		}
 		cps.all[name] = cp
+		cps.onDisk[name] = cp
 	}
 	db.checkpoints = cps
 	return nil
@@ -114,7 +121,7 @@ func (db *DB) SetCheckpoint(name string, cp Checkpoint) error {
 	c.all[name] = cp
 	c.dirty[name] = true
 	c.mu.Unlock()
-	db.prunePositions()
+	db.keepDeletesFor(cp)
 	db.committer.Notify(1)
 	return nil
 }
@@ -127,17 +134,16 @@ func (db *DB) DropCheckpoint(name string) {
 	delete(c.all, name)
 	c.dirty[name] = true
 	c.mu.Unlock()
-	db.prunePositions()
 	db.committer.Notify(1)
 }
 
-// minPosition returns the oldest position any checkpoint has for the
-// informer name, and whether one has.
+// minPosition returns the oldest position any checkpoint on disk has for
+// the informer name, and whether one has.
 func (c *checkpoints) minPosition(name string) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	min, found := "", false
-	for _, cp := range c.all {
+	for _, cp := range c.onDisk {
 		rv, ok := cp.Positions[name]
 		if !ok {
 			continue
@@ -150,6 +156,21 @@ func (c *checkpoints) minPosition(name string) (string, bool) {
 	return min, found
 }
 
+// names reports whether a checkpoint, on disk or set since, has a position
+// for the informer name.
+func (c *checkpoints) names(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cps := range []map[string]Checkpoint{c.all, c.onDisk} {
+		for _, cp := range cps {
+			if _, ok := cp.Positions[name]; ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // olderRV reports whether resourceVersion a is before b; when they do not
 // compare, a non-empty a is taken as not older (nothing is pruned for it).
 func olderRV(a, b string) bool {
@@ -160,9 +181,20 @@ func olderRV(a, b string) bool {
 	return err == nil && c < 0
 }
 
+// keepDeletesFor makes the informers cp names keep their deletes from now
+// on (a consumer resumes from a position in them).
+func (db *DB) keepDeletesFor(cp Checkpoint) {
+	for _, inf := range db.snapshotInformers() {
+		if _, ok := cp.Positions[inf.name]; ok {
+			inf.indexer.KeepDeletes()
+		}
+	}
+}
+
 // prunePositions tells each informer the oldest position of the
-// checkpoints that name it: its kept deletes at or before it are dropped
-// with the next commit.
+// checkpoints on disk that name it: its kept deletes at or before it are
+// dropped with the next commit, after the one that wrote those
+// checkpoints.
 func (db *DB) prunePositions() {
 	for _, inf := range db.snapshotInformers() {
 		if rv, ok := db.checkpoints.minPosition(inf.name); ok && rv != "" {
@@ -229,6 +261,14 @@ func (c *checkpoints) Pending() (*store.Batch, error) {
 		}
 		out[name] = b
 	}
+	c.takenVals = make(map[string]*Checkpoint, len(c.dirty))
+	for name := range c.dirty {
+		if cp, ok := c.all[name]; ok {
+			c.takenVals[name] = &cp
+		} else {
+			c.takenVals[name] = nil
+		}
+	}
 	c.taken, c.dirty = c.dirty, map[string]bool{}
 	return &store.Batch{Checkpoints: out}, nil
 }
@@ -242,8 +282,16 @@ func (c *checkpoints) Committed(_ *store.Batch, err error) {
 		for name := range c.taken {
 			c.dirty[name] = true
 		}
+	} else {
+		for name, cp := range c.takenVals {
+			if cp == nil {
+				delete(c.onDisk, name)
+			} else {
+				c.onDisk[name] = *cp
+			}
+		}
 	}
-	c.taken = nil
+	c.taken, c.takenVals = nil, nil
 	c.mu.Unlock()
 	if err == nil {
 		// The positions moved: the informers may drop the deletes every

@@ -114,6 +114,11 @@ func (s *Informer) newTracker(o *InformerOptions) *fresh.Tracker {
 	if listMax == 0 {
 		listMax = DefaultFreshListMax
 	}
+	if s.policy != SyncAfterFresh {
+		// Nothing waits for Fresh: no list at once (ReplayDownDeletes
+		// waits for a bookmark, the list only after FreshBookmarkWait).
+		listMax = 0
+	}
 	return fresh.New(fresh.Options{
 		Cache:          s.indexer,
 		Lock:           &s.blockDeltas,
@@ -131,8 +136,14 @@ func (s *Informer) newTracker(o *InformerOptions) *fresh.Tracker {
 	})
 }
 
-// DefaultFreshListMax is InformerOptions.FreshListMax's default.
-const DefaultFreshListMax = 1000
+// DefaultFreshListMax is InformerOptions.FreshListMax's default: up to
+// 10,000 objects, the metadata list of every object (about 2 KiB an object
+// for Pods written by two managers, 66% of a protobuf LIST's bytes) makes
+// a warm start fresh in a fifth to a third of client-go's cold start, where
+// kube-apiserver's bookmark takes 0 to 2.3 s; above it, the list takes
+// longer than the bookmark (14 to 27 s at 100k), and the bookmark decides
+// (docs/BENCHMARKS.md, issue 24).
+const DefaultFreshListMax = 10000
 
 // onFreshLocked is called once the informer is fresh. Caller holds
 // blockDeltas.

@@ -48,10 +48,39 @@ func (r *scoped) filter(w watch.Interface, err error) (watch.Interface, error) {
 	if err != nil {
 		return nil, err
 	}
-	return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
-		return e, e.Type == watch.Bookmark || e.Type == watch.Error || inScope(e.Object)
-	}), nil
+	return newScopedWatch(w), nil
 }
+
+// scopedWatch is watch.Filter for the scope, but for a Stop that ends its
+// goroutine even while it sends (watch.Filter's would wait for a reader).
+type scopedWatch struct {
+	inner watch.Interface
+	out   chan watch.Event
+	stop  chan struct{}
+	once  sync.Once
+}
+
+func newScopedWatch(w watch.Interface) *scopedWatch {
+	sw := &scopedWatch{inner: w, out: make(chan watch.Event), stop: make(chan struct{})}
+	go func() {
+		defer close(sw.out)
+		defer w.Stop()
+		for e := range w.ResultChan() {
+			if e.Type != watch.Bookmark && e.Type != watch.Error && !inScope(e.Object) {
+				continue
+			}
+			select {
+			case sw.out <- e:
+			case <-sw.stop:
+				return
+			}
+		}
+	}()
+	return sw
+}
+
+func (sw *scopedWatch) ResultChan() <-chan watch.Event { return sw.out }
+func (sw *scopedWatch) Stop()                          { sw.once.Do(func() { close(sw.stop); sw.inner.Stop() }) }
 
 func (r *scoped) Watch(o metav1.ListOptions) (watch.Interface, error) {
 	r.record(o)
@@ -117,7 +146,7 @@ func TestFreshBookmark(t *testing.T) {
 	}
 	runInformer(t, inf)
 	waitFor(t, "the backlog's delete", func() bool { return inf.Indexer().Len() == 9 })
-	waitFor(t, "the read of the server's resourceVersion", func() bool { return f.src.Calls().MetadataLists == 1 })
+	waitFor(t, "the read of the server's resourceVersion", func() bool { return inf.Health().FreshTarget != "" })
 	time.Sleep(10 * time.Millisecond) // no bookmark, nothing to make it fresh
 	if inf.HasSynced() || inf.Health().Fresh {
 		t.Fatal("fresh before any bookmark")
@@ -133,8 +162,8 @@ func TestFreshBookmark(t *testing.T) {
 	if h := inf.Health(); !h.Fresh || h.FreshResourceVersion != rv {
 		t.Fatalf("health %+v, want fresh at %s", h, rv)
 	}
-	if c := f.src.Calls(); c.MetadataLists != 1 || c.Lists != 0 {
-		t.Fatalf("calls %+v, want one metadata read and no list", c)
+	if c := f.src.Calls(); c.MetadataLists > 2 || c.Lists != 0 {
+		t.Fatalf("calls %+v, want one-object reads only (the first, and one after the watch began) and no list", c)
 	}
 	late := newEvRecorder("late")
 	reg, err := inf.AddEventHandler(late)
@@ -167,7 +196,7 @@ func TestFreshBookmarkAtAnEvent(t *testing.T) {
 	inf := f.openPods(lw, &boltinformer.InformerOptions{
 		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, FreshListMax: -1, Metadata: lw})
 	runInformer(t, inf)
-	waitFor(t, "the read of the server's resourceVersion", func() bool { return f.src.Calls().MetadataLists == 1 })
+	waitFor(t, "the read of the server's resourceVersion", func() bool { return inf.Health().FreshTarget != "" })
 	if inf.Health().Fresh {
 		t.Fatal("fresh before the server's resourceVersion")
 	}
@@ -260,8 +289,8 @@ func TestFreshBookmarkNothingChanged(t *testing.T) {
 	if h := inf.Health(); !h.Fresh || h.FreshResourceVersion != f.src.ResourceVersion() {
 		t.Fatalf("health %+v, want fresh at %s", h, f.src.ResourceVersion())
 	}
-	if c := f.src.Calls(); c.MetadataLists != 1 || c.Lists != 0 {
-		t.Fatalf("calls %+v, want one metadata read and no list", c)
+	if c := f.src.Calls(); c.MetadataLists > 2 || c.Lists != 0 {
+		t.Fatalf("calls %+v, want one-object reads only (the first, and one after the watch began) and no list", c)
 	}
 }
 
@@ -313,7 +342,9 @@ func TestRegressionFreshBookmarkRestoredPastTheFile(t *testing.T) {
 	inf := f.openPods(lw, &boltinformer.InformerOptions{
 		SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, FreshListMax: -1, Metadata: lw})
 	runInformer(t, inf)
-	waitFor(t, "the read of the server's resourceVersion", func() bool { return restored.Calls().MetadataLists == 1 })
+	// R is known, or the read's count already contradicts the cache
+	// (the watch's events up to R applied first): a relist then.
+	waitFor(t, "the read of the server's resourceVersion", func() bool { return inf.Health().FreshTarget != "" || inf.HasSynced() })
 	restored.Bookmark()
 	waitFor(t, "HasSynced", inf.HasSynced)
 	if d := diffObjects(restored.Objects(), inf.GetStore().List()); d != "" {
@@ -366,4 +397,37 @@ func (f *cacheFile) openPods(lw cache.ListerWatcher, opts *boltinformer.Informer
 		f.t.Fatal(err)
 	}
 	return inf
+}
+
+// TestFreshBookmarkWholeScopeRead: a scope of at most one object (many of a
+// controller manager's informers watch resources that have none or one) is
+// read whole by the one-object read of the server's resourceVersion R: the
+// warm start is fresh at R without waiting for a bookmark, though the
+// cluster has moved on: at once when the cache holds the scope as the
+// server has it, and once the resumed watch has brought the difference
+// when it does not (the one object deleted while down).
+func TestFreshBookmarkWholeScopeRead(t *testing.T) {
+	for _, deleted := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unchanged", true: "deleted while down"}[deleted], func(t *testing.T) {
+			f := newCacheFile(t, 1)
+			if deleted {
+				if err := f.src.Delete(sortedKeys(f.src.Objects())[0]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out := testobj.Pod(100, 1, 1, "")
+			out.Namespace = "other" // moves the server, not the scope
+			if _, err := f.src.Create(out); err != nil {
+				t.Fatal(err)
+			}
+			lw := &scoped{Source: f.src}
+			inf := f.openPods(lw, &boltinformer.InformerOptions{
+				SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, FreshListMax: -1, Metadata: lw})
+			runInformer(t, inf)
+			waitFor(t, "HasSynced without a bookmark", inf.HasSynced)
+			if h := inf.Health(); !h.Fresh || h.FreshResourceVersion != f.src.ResourceVersion() || inf.Indexer().Len() != map[bool]int{false: 1, true: 0}[deleted] {
+				t.Fatalf("health %+v, %d objects; want fresh at %s with the server's scope", h, inf.Indexer().Len(), f.src.ResourceVersion())
+			}
+		})
+	}
 }

@@ -153,19 +153,40 @@ func (s *Informer) resumeBeforeRun(lopts *processor.ListenerOptions, since strin
 func (s *Informer) resumeLocked(lopts *processor.ListenerOptions, since string) {
 	from, ok := s.replayFrom(since)
 	if !ok {
-		s.lateLocked(lopts)
+		s.lateLocked(lopts, false) // every object: nothing queued after
 		return
 	}
 	lopts.Before = s.deletesAfter(from)
-	items := s.indexer.List()
+	objs := s.changedSinceLocked(from)
 	lopts.InitialList = func(yield func(processor.AddNotification) bool) {
-		for _, it := range items {
-			if ChangedSince(it, from) && !yield(processor.AddNotification{Obj: it}) {
+		for _, it := range objs {
+			if !yield(processor.AddNotification{Obj: it}) {
 				return
 			}
 		}
 	}
 	lopts.Progress = s.indexer.ResourceVersion()
+}
+
+// changedSinceLocked returns the cached objects changed after
+// resourceVersion rv: the keys from the resourceVersions alone, only those
+// objects decoded. Caller holds blockDeltas.
+func (s *Informer) changedSinceLocked(rv string) []any {
+	var keys []string
+	s.indexer.Versions(func(_ string, objects iter.Seq2[string, string]) {
+		for key, orv := range objects {
+			if c, err := resourceversion.CompareResourceVersion(orv, rv); err != nil || c > 0 {
+				keys = append(keys, key)
+			}
+		}
+	})
+	out := make([]any, 0, len(keys))
+	for _, key := range keys {
+		if obj, ok, err := s.indexer.GetByKey(key); err == nil && ok {
+			out = append(out, obj)
+		}
+	}
+	return out
 }
 
 // deletesAfter returns, as notifications, the deletes after since that the
@@ -186,38 +207,53 @@ func (s *Informer) deletesAfter(since string) []processor.Notification {
 
 // lateLocked sets a handler added while the informer runs: the deletes of
 // a warm start's catch-up (ReplayDownDeletes), then every object as an
-// initial add, as in client-go; with ChangedFirst, those changed after the
+// initial add, as in client-go. With ChangedFirst, those changed after the
 // warm start's resourceVersion come first and not as initial adds (a
-// controller-runtime priority queue takes them before the unchanged).
+// controller-runtime priority queue takes them before the unchanged), and
+// the handler starts on them at once: only they are decoded before it is
+// published, and its HasSynced waits for them only; the unchanged ones,
+// initial adds, are queued after it, by the function lateLocked returns
+// (nil when there is none), still under the lock, while the handler works.
 // Caller holds startedMu and blockDeltas.
-func (s *Informer) lateLocked(lopts *processor.ListenerOptions) {
-	items := s.indexer.List()
+func (s *Informer) lateLocked(lopts *processor.ListenerOptions, changedFirst bool) func(*processor.Listener) {
 	lopts.Before = s.downDeletes
-	changedFirst := s.changedFirst && s.decision.Warm
-	lopts.InitialList = func(yield func(processor.AddNotification) bool) {
-		pass := func(changed bool) iter.Seq[any] {
-			return func(y func(any) bool) {
-				for _, it := range items {
-					if (!changedFirst || ChangedSince(it, s.resumedFrom) == changed) && !y(it) {
-						return
-					}
-				}
-			}
-		}
-		if changedFirst {
-			for it := range pass(true) {
-				if !yield(processor.AddNotification{Obj: it}) {
+	rv := s.indexer.ResourceVersion()
+	if !changedFirst || !s.decision.Warm {
+		items := s.indexer.List()
+		lopts.InitialList = func(yield func(processor.AddNotification) bool) {
+			for _, it := range items {
+				if !yield(processor.AddNotification{Obj: it, InInitialList: true}) {
 					return
 				}
 			}
 		}
-		for it := range pass(false) {
-			if !yield(processor.AddNotification{Obj: it, InInitialList: true}) {
+		lopts.Progress = rv
+		return nil
+	}
+	// Only the changed objects are decoded now.
+	objs := s.changedSinceLocked(s.resumedFrom)
+	changed := make(map[string]bool, len(objs))
+	for _, o := range objs {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(o); err == nil {
+			changed[key] = true
+		}
+	}
+	lopts.InitialList = func(yield func(processor.AddNotification) bool) {
+		for _, it := range objs {
+			if !yield(processor.AddNotification{Obj: it}) {
 				return
 			}
 		}
 	}
-	lopts.Progress = s.indexer.ResourceVersion()
+	return func(l *processor.Listener) {
+		for _, it := range s.indexer.List() {
+			key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(it)
+			if err == nil && !changed[key] {
+				l.AddLate(it)
+			}
+		}
+		l.QueueProgress(rv)
+	}
 }
 
 // progressLocked tells the handlers resuming from a position how far the
@@ -226,6 +262,11 @@ func (s *Informer) lateLocked(lopts *processor.ListenerOptions) {
 func (s *Informer) progressLocked() {
 	if s.resumers.Load() == 0 {
 		return
+	}
+	select {
+	case <-s.initialDone:
+	default:
+		return // the disk answer: distributeInitial's own comes after the initial adds
 	}
 	if rv := s.indexer.ResourceVersion(); rv != "" {
 		s.processor.Distribute(processor.ProgressNotification{At: rv}, false)

@@ -122,3 +122,52 @@ func TestDurableHandlerGetsOnlyWhatChanged(t *testing.T) {
 		})
 	}
 }
+
+// TestChangedFirstLateHandler (issue 24, item 2): with ChangedFirst, a
+// handler added after a warm start's sync gets the objects changed or
+// created while the informer was down first, as adds not in the initial
+// list, then the unchanged ones as initial adds; its HasSynced waits for
+// the changed ones only (controller-runtime starts its workers on it).
+// Without it, every object is an initial add, as in client-go.
+func TestChangedFirstLateHandler(t *testing.T) {
+	for _, first := range []bool{true, false} {
+		t.Run(map[bool]string{true: "ChangedFirst", false: "client-go's order"}[first], func(t *testing.T) {
+			f := newCacheFile(t, 50)
+			keys := sortedKeys(f.src.Objects())
+			for _, i := range []int{5, 20, 40} {
+				p := f.src.Objects()[keys[i]].(*corev1.Pod).DeepCopy()
+				p.Labels["changed"] = "yes"
+				f.src.Update(p)
+			}
+			f.src.Create(testobj.Pod(100, 3, 2, ""))
+			r := f.open(nil, &boltinformer.InformerOptions{ChangedFirst: first})
+			r.run()
+			r.waitSynced()
+			waitFor(t, "the changes applied", func() bool { return r.inf.Indexer().ResourceVersion() == f.src.ResourceVersion() })
+			late := newEvRecorder("late")
+			reg, err := r.inf.AddEventHandler(late)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the late handler's sync", reg.HasSynced)
+			waitFor(t, "every object", func() bool { return late.len() == 51 })
+			evs := late.events()
+			if len(evs) != 51 {
+				t.Fatalf("late handler got %d notifications, want 51", len(evs))
+			}
+			changed := map[string]bool{keys[5]: true, keys[20]: true, keys[40]: true, keyOf(testobj.Pod(100, 3, 2, "")): true}
+			for i, e := range evs {
+				isChanged := changed[e.Key]
+				switch {
+				case first && i < 4 && (!isChanged || e.Initial):
+					t.Fatalf("notification %d: %+v; want the 4 changed objects first, not as initial adds", i, e)
+				case first && i >= 4 && (isChanged || !e.Initial):
+					t.Fatalf("notification %d: %+v; want the unchanged objects after, as initial adds", i, e)
+				case !first && !e.Initial:
+					t.Fatalf("notification %d: %+v; want every object as an initial add", i, e)
+				}
+			}
+			r.close()
+		})
+	}
+}

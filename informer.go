@@ -164,8 +164,10 @@ type InformerOptions struct {
 	// objects, those changed, created or deleted while the informer was
 	// down first: the deletes (ReplayDownDeletes), then the changed and
 	// created objects as adds with isInInitialList false, then the others
-	// as initial adds. controller-runtime's priority queue then takes the
-	// changed ones at once and the unchanged at low priority
+	// as initial adds; the handler's HasSynced waits for the changed ones
+	// only, and the unchanged ones reach it while it works on those.
+	// controller-runtime's priority queue then takes the changed ones at
+	// once and the unchanged at low priority
 	// (controller-runtime's cache sets it). False keeps client-go's
 	// order: every object as an initial add. ChangedSince tells them apart
 	// for a handler of its own.
@@ -202,9 +204,12 @@ type InformerOptions struct {
 	// FreshListMax, with Metadata and SyncAfterFresh or ReplayDownDeletes:
 	// a warm start whose cache holds at most this many objects lists every
 	// object's metadata at once, beside the wait for a bookmark, and is
-	// fresh by whichever tells first: such a list costs the server little,
-	// and comes sooner than kube-apiserver's bookmark, which takes 0 to
-	// 2.3 s. 0 means DefaultFreshListMax; negative never lists at once.
+	// fresh by whichever tells first: up to about 10,000 objects the list
+	// comes sooner than kube-apiserver's bookmark, which takes 0 to 2.3 s,
+	// at the cost of a metadata list of every object (managedFields
+	// included: about two thirds of a protobuf LIST's bytes). 0 means
+	// DefaultFreshListMax; negative never lists at once (the apiserver's
+	// bytes first: kube-controller-manager's example does so).
 	FreshListMax int
 	// Memory is FullMemory (default) or BoundedMemory, with CacheSize
 	// decoded objects in the bounded LRU (0: DefaultCacheSize, 1024).
@@ -276,6 +281,9 @@ type Informer struct {
 	// handlers' own HasSynced builds on it.
 	initialDone    chan struct{}
 	handlersSynced chan struct{}
+	// initialHandled is closed once the handlers added before Run have
+	// handled the initial adds (a processor barrier after them).
+	initialHandled chan struct{}
 	diskAnswer     atomic.Bool // the next ReplacedAll is the disk answer
 	counters       informerCounters
 	// apply is what the cache could not apply as received (apply.go).
@@ -310,6 +318,12 @@ type Informer struct {
 	resyncCheckPeriod               time.Duration
 	defaultEventHandlerResyncPeriod time.Duration
 	listeners                       map[*processor.Listener]struct{}
+	// initialAfter are the checkers distributeInitial waits for
+	// (setInitialAfter, a Factory's InitialOrder).
+	initialAfter []cache.DoneChecker
+	// lateWG waits for the goroutines that queue a late handler's
+	// unchanged objects (ChangedFirst); Run waits for them.
+	lateWG sync.WaitGroup
 	// resuming are the listeners added by AddEventHandlerSince; resumers
 	// counts them (the loop reads it to distribute progress).
 	resuming map[*processor.Listener]bool
@@ -474,17 +488,21 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		logger:                          logger,
 		synced:                          make(chan struct{}),
 		initialDone:                     make(chan struct{}),
+		initialHandled:                  make(chan struct{}),
 		handlersSynced:                  make(chan struct{}),
 		resyncCheckPeriod:               resync,
 		defaultEventHandlerResyncPeriod: resync,
 		listeners:                       map[*processor.Listener]struct{}{},
 		resuming:                        map[*processor.Listener]bool{},
 	}
-	if rv, ok := db.checkpoints.minPosition(name); ok {
+	if db.checkpoints.names(name) {
 		// A checkpoint resumes from a position in this informer: keep
-		// its deletes, and drop those every checkpoint has passed.
+		// its deletes, and drop those every checkpoint on disk has
+		// passed.
 		idx.KeepDeletes()
-		idx.PruneDeletes(rv)
+		if rv, ok := db.checkpoints.minPosition(name); ok {
+			idx.PruneDeletes(rv)
+		}
 	}
 	inf.fr = inf.newTracker(&o)
 	idx.SetDurable(inf.durableMark, inf.durable)
@@ -602,6 +620,7 @@ func (s *Informer) RunWithContext(ctx context.Context) {
 		s.startedMu.Lock()
 		s.stopped = true
 		s.startedMu.Unlock()
+		s.lateWG.Wait()
 		stopProcessor()
 		wg.Wait()
 		if err := s.indexer.Flush(context.Background()); errors.Is(err, indexer.ErrHeld) {
@@ -676,7 +695,21 @@ func (s *Informer) start(ctx context.Context) (bool, error) {
 func (s *Informer) distributeInitial(warm bool) {
 	if !warm {
 		close(s.initialDone)
+		close(s.initialHandled)
 		return
+	}
+	s.startedMu.Lock()
+	after, ctx := s.initialAfter, s.runCtx
+	s.startedMu.Unlock()
+	if len(after) > 0 {
+		// Owners first (FactoryOptions.InitialOrder): their handlers have
+		// handled their objects before ours get any. Bounded: a handler
+		// removed meanwhile never reaches its barrier.
+		wctx, cancel := context.WithTimeout(ctx, initialOrderWait)
+		if !cache.WaitFor(wctx, "initial lists of lower rank", after...) && ctx.Err() == nil {
+			s.logger.Info("Warning: the initial lists of lower rank were not handled in time: handing over this informer's", "wait", initialOrderWait)
+		}
+		cancel()
 	}
 	// The objects come in batches as they are decoded (in parallel), and
 	// each is queued at once: the handlers start on the first while the
@@ -691,10 +724,39 @@ func (s *Informer) distributeInitial(warm bool) {
 		}
 	})
 	s.blockDeltas.Lock()
-	defer s.blockDeltas.Unlock()
-	s.progressLocked()
+	// initialDone first: progressLocked sends nothing before it, so no
+	// handler's position passes an initial add still queued (review).
 	close(s.initialDone)
+	s.progressLocked()
+	handled := s.processor.Barrier()
+	s.blockDeltas.Unlock()
+	select {
+	case <-handled:
+	case <-ctx.Done():
+	}
+	close(s.initialHandled)
 }
+
+// initialOrderWait bounds how long an informer waits for the initial
+// lists of lower rank to be handled (FactoryOptions.InitialOrder).
+const initialOrderWait = 30 * time.Second
+
+// setInitialAfter makes a warm start hand its objects to its handlers
+// only once checkers are done. Before Run.
+func (s *Informer) setInitialAfter(checkers []cache.DoneChecker) {
+	s.startedMu.Lock()
+	defer s.startedMu.Unlock()
+	s.initialAfter = checkers
+}
+
+// initialHandledChecker is done once the handlers added before Run have
+// handled a warm start's objects (at once for a cold start).
+func (s *Informer) initialHandledChecker() cache.DoneChecker { return initialChecker{s} }
+
+type initialChecker struct{ s *Informer }
+
+func (c initialChecker) Name() string          { return "boltinformer " + c.s.name + " initial list handled" }
+func (c initialChecker) Done() <-chan struct{} { return c.s.initialHandled }
 
 // undecodableSink forwards the indexer's OnUndecodable to the informer,
 // holding what the background fill reports before the informer exists.
@@ -997,13 +1059,24 @@ func (s *Informer) addHandler(handler cache.ResourceEventHandler, options cache.
 		l = s.processor.AddListener(handler, lopts)
 	} else {
 		s.lockAfterInitial()
-		defer s.blockDeltas.Unlock()
+		var rest func(*processor.Listener)
 		if since != nil {
 			s.resumeLocked(&lopts, *since)
 		} else {
-			s.lateLocked(&lopts)
+			rest = s.lateLocked(&lopts, s.changedFirst)
 		}
 		l = s.processor.AddListener(handler, lopts)
+		if rest == nil {
+			s.blockDeltas.Unlock()
+		} else {
+			// The rest of the initial list is queued holding blockDeltas
+			// (no event overtakes it), on a goroutine that inherits the
+			// lock: the handler is registered, and works, meanwhile.
+			s.lateWG.Go(func() {
+				defer s.blockDeltas.Unlock()
+				rest(l)
+			})
+		}
 	}
 	s.listeners[l] = struct{}{}
 	if since != nil {

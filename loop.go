@@ -277,15 +277,7 @@ func (s *Informer) replaceAllLocked(info cache.ReplacedAllInfo, isInInitialList 
 	if relist {
 		s.countRelist(false, info.ResourceVersion, len(info.Objects), len(deletions))
 	}
-	type replacement struct{ old, new any }
-	replacements := make([]replacement, 0, len(info.Objects))
-	for _, obj := range info.Objects {
-		if old, exists, err := s.indexer.Get(obj); err == nil && exists {
-			replacements = append(replacements, replacement{old, obj})
-		} else {
-			replacements = append(replacements, replacement{nil, obj})
-		}
-	}
+	olds := s.cachedLocked(info.Objects)
 	// An index function's error stores the object nonetheless: every
 	// notification is delivered. A refusal leaves the object out of the
 	// cache: only its notification is held back.
@@ -294,19 +286,7 @@ func (s *Informer) replaceAllLocked(info cache.ReplacedAllInfo, isInInitialList 
 		return err
 	}
 	s.notifyLocked(Change{Type: ChangeReplace, Objects: storedOnly(info.Objects, held), ResourceVersion: info.ResourceVersion})
-	for _, d := range deletions {
-		s.distributeDeleteLocked(processor.DeleteNotification{Old: d})
-	}
-	for i, r := range replacements {
-		if held != nil && held[i] {
-			continue
-		}
-		if r.old != nil {
-			s.onUpdate(r.old, r.new)
-		} else {
-			s.processor.Distribute(processor.AddNotification{Obj: r.new, InInitialList: isInInitialList}, false)
-		}
-	}
+	s.deliverListLocked(deletions, info.Objects, olds, held, isInInitialList)
 	return nil
 }
 
@@ -358,15 +338,7 @@ func (s *Informer) patchLocked(info cache.ReplacedAllInfo, p *partialAnswer, isI
 		}
 	}
 	s.countRelist(true, info.ResourceVersion, len(info.Objects), len(deletions))
-	type replacement struct{ old, new any }
-	replacements := make([]replacement, 0, len(info.Objects))
-	for _, obj := range info.Objects {
-		old, exists, err := s.indexer.Get(obj)
-		if err != nil || !exists {
-			old = nil
-		}
-		replacements = append(replacements, replacement{old, obj})
-	}
+	olds := s.cachedLocked(info.Objects)
 	held, err := s.noteListLocked(a, info.Objects, s.indexer.Patch(info.Objects, gone, info.ResourceVersion))
 	if err != nil {
 		return err
@@ -377,20 +349,40 @@ func (s *Informer) patchLocked(info cache.ReplacedAllInfo, p *partialAnswer, isI
 		// are not known).
 		s.notifyLocked(Change{Type: ChangeReplace, Objects: s.indexer.List(), ResourceVersion: info.ResourceVersion})
 	}
+	s.deliverListLocked(deletions, info.Objects, olds, held, isInInitialList)
+	return nil
+}
+
+// cachedLocked returns the cached object of each of objs (nil for those
+// the cache does not hold). Caller holds blockDeltas.
+func (s *Informer) cachedLocked(objs []any) []any {
+	olds := make([]any, len(objs))
+	for i, obj := range objs {
+		if old, exists, err := s.indexer.Get(obj); err == nil && exists {
+			olds[i] = old
+		}
+	}
+	return olds
+}
+
+// deliverListLocked hands the handlers a list applied over the cache, as
+// client-go does: the deletions, then an update of each object the cache
+// held (olds[i]) and an add of each new one, but for those held back.
+// Caller holds blockDeltas.
+func (s *Informer) deliverListLocked(deletions []cache.DeletedFinalStateUnknown, objs, olds []any, held []bool, isInInitialList bool) {
 	for _, d := range deletions {
 		s.distributeDeleteLocked(processor.DeleteNotification{Old: d})
 	}
-	for i, r := range replacements {
+	for i, obj := range objs {
 		if held != nil && held[i] {
 			continue
 		}
-		if r.old != nil {
-			s.onUpdate(r.old, r.new)
+		if olds[i] != nil {
+			s.onUpdate(olds[i], obj)
 		} else {
-			s.processor.Distribute(processor.AddNotification{Obj: r.new, InInitialList: isInInitialList}, false)
+			s.processor.Distribute(processor.AddNotification{Obj: obj, InInitialList: isInInitialList}, false)
 		}
 	}
-	return nil
 }
 
 // countRelist counts a relist from the server by its cause, and logs it

@@ -88,9 +88,23 @@ type Options struct {
 	// consistent read, faster on small collections, but about as much of
 	// the server's CPU as a cold start).
 	FreshBookmarkWait time.Duration
+	// FreshListMax: a warm-started informer of at most this many objects
+	// also lists metadata at once, beside the wait for a bookmark
+	// (boltinformer.InformerOptions.FreshListMax). 0 means
+	// boltinformer.DefaultFreshListMax; negative waits for the bookmark
+	// only.
+	FreshListMax int
 	// NoReplayDownDeletes turns off the delete requests for objects
 	// deleted while the operator was down (see the package doc).
 	NoReplayDownDeletes bool
+	// NoChangedFirst turns off the order of a warm start's requests:
+	// by default a controller gets the objects changed or created while
+	// the operator was down first, as adds that are not in the initial
+	// list (controller-runtime's priority queue reconciles them at
+	// normal priority), then the unchanged ones as initial-list adds (at
+	// handler.LowPriority). See the package doc and
+	// boltinformer.InformerOptions.ChangedFirst.
+	NoChangedFirst bool
 	// PartialRelistRatio is the largest share of an informer's objects
 	// that a relist after a 410 (the saved resourceVersion too old: an
 	// operator down longer than the apiserver's watch history, or an
@@ -154,6 +168,10 @@ type Cache struct {
 	cluster  string
 	freshFor time.Duration
 	bookmark time.Duration // FreshBookmarkWait, 0 for none
+	// failOnMissing is cache.Options.ReaderFailOnMissingInformer: a read
+	// creates no informer.
+	failOnMissing bool
+	primed        sync.Map // primeKey -> true: informers created (prime.go)
 
 	// failed is closed, with failErr set, when the file fails an informer.
 	failOnce sync.Once
@@ -215,7 +233,7 @@ func New(db *boltinformer.DB, config *rest.Config, copts cache.Options, opts *Op
 		return nil, fmt.Errorf("boltcr: metadata client: %w", err)
 	}
 	c := &Cache{db: db, opts: o, logger: logger, scheme: copts.Scheme, mapper: copts.Mapper, meta: mc, cluster: f.ClusterID(),
-		failed: make(chan struct{})}
+		failed: make(chan struct{}), failOnMissing: copts.ReaderFailOnMissingInformer}
 	switch {
 	case o.FreshTimeout == 0:
 		c.freshFor = DefaultFreshTimeout
@@ -304,6 +322,25 @@ func (c *Cache) Start(ctx context.Context) error {
 	return err
 }
 
+// WaitForCacheSync waits until every informer of the cache has synced,
+// as controller-runtime's cache does, without its 100 ms polls: it first
+// waits on each running informer's own signal, then asks
+// controller-runtime's cache (which then finds them synced at its first
+// look).
+func (c *Cache) WaitForCacheSync(ctx context.Context) bool {
+	for _, inf := range c.Informers() {
+		if inf.RunAt().IsZero() {
+			continue // not started yet: controller-runtime's wait covers it
+		}
+		select {
+		case <-inf.HasSyncedChecker().Done():
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return c.Cache.WaitForCacheSync(ctx)
+}
+
 // informerPrefix starts the name of every informer NewCache persists
 // (informerName).
 const informerPrefix = "controller-runtime/"
@@ -341,6 +378,7 @@ func (c *Cache) RemoveInformer(ctx context.Context, obj client.Object) error {
 	if err := c.Cache.RemoveInformer(ctx, obj); err != nil {
 		return err
 	}
+	c.unprime(obj)
 	c.mu.Lock()
 	var removed []*Informer
 	live := c.informers[:0]

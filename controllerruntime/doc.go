@@ -71,7 +71,7 @@
 // besides the watch, one read of one object's metadata and, when no
 // bookmark comes within FreshBookmarkWait, one metadata list of the
 // informer's scope (an informer of at most
-// boltinformer.DefaultFreshListMax objects, 1000, lists at once, beside
+// boltinformer.DefaultFreshListMax objects, 10000, lists at once, beside
 // the bookmark wait). With NoReplayDownDeletes too, a warm start makes no
 // read beyond its watch.
 //
@@ -99,6 +99,40 @@
 // next start resumes from the same resourceVersion and replays them; once
 // FreshTimeout has passed without fresh, the start commits and a kill then
 // loses their replay.
+//
+// # What changed while down first
+//
+// At a warm start a controller's handlers get the deletes made while the
+// operator was down, then the objects changed or created meanwhile (their
+// resourceVersion is after the file's) as adds with isInInitialList
+// false, then the unchanged ones as initial-list adds
+// (boltinformer.InformerOptions.ChangedFirst). controller-runtime's
+// priority queue, on by default, reconciles the first at normal priority
+// and the unchanged at handler.LowPriority: what needs work is done
+// before the rest, where stock controller-runtime gives every object as an
+// initial-list add, all at low priority. Options.NoChangedFirst keeps
+// client-go's order.
+//
+// # Reconcile only what needs work: NewQueue
+//
+// A controller built with controller.Options{NewQueue: NewQueue(db, nil)}
+// keeps its queue's state in the cache file: at a warm start it
+// reconciles only the objects changed, created or deleted while the
+// operator was down, the requests that were pending or in flight when it
+// stopped or was killed (and those whose last reconcile ended in a
+// terminal error), and the RequeueAfter deadlines that fell due. The
+// unchanged objects get no request. It is at least once: a kill -9 at any
+// point makes the next start hand over again what came after the last
+// checkpoint, never less (see Queue). Use it for level-based reconcilers
+// whose state is in the cluster; keep the controller's name stable.
+//
+// # Informers over several namespaces start together
+//
+// With DefaultNamespaces over several namespaces, controller-runtime
+// creates a kind's informers one namespace after another, each waiting
+// until synced. The Cache creates them all first, then waits: warm
+// informers become fresh in parallel (GetInformer, GetInformerForKind,
+// List).
 //
 // # A relist after a 410
 //

@@ -85,6 +85,8 @@ type Informer struct {
 	transformID string
 	watchErr    toolscache.WatchErrorHandlerWithContext
 	state       runState
+	runAt       time.Time                                              // when Run was first called
+	queues      map[toolscache.ResourceEventHandlerRegistration]*Queue // handlers feeding durable queues
 }
 
 var _ toolscache.SharedIndexInformer = (*Informer)(nil)
@@ -158,6 +160,15 @@ func (s *Informer) Name() string { return s.name }
 
 // GroupVersionKind returns the kind of the informer's objects.
 func (s *Informer) GroupVersionKind() schema.GroupVersionKind { return s.gvk }
+
+// RunAt returns when the informer was started (Run first called; zero
+// before). With its Health's LoadedAfter, FreshAfter and LiveAfter it
+// tells the moments of its start.
+func (s *Informer) RunAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runAt
+}
 
 // Persistent returns the boltinformer.Informer behind s, or nil when s is
 // kept in memory (see NotPersisted) or not built yet.
@@ -242,9 +253,11 @@ func (s *Informer) informerOptions(logger logr.Logger) *boltinformer.InformerOpt
 		SyncPolicy:         boltinformer.SyncAfterFresh,
 		FreshTimeout:       c.freshFor,
 		FreshBookmarkWait:  c.bookmark,
+		FreshListMax:       c.opts.FreshListMax,
 		Metadata:           s.metadataLister(),
 		Getter:             s.exactGetter(),
 		ReplayDownDeletes:  !c.opts.NoReplayDownDeletes,
+		ChangedFirst:       !c.opts.NoChangedFirst,
 		PartialRelistRatio: c.opts.PartialRelistRatio,
 		Memory:             c.opts.Memory,
 		CacheSize:          c.opts.CacheSize,
@@ -340,6 +353,7 @@ func (s *Informer) RunWithContext(ctx context.Context) {
 	state := s.state
 	if state == stateIdle {
 		s.state = stateRunning
+		s.runAt = time.Now()
 	}
 	s.mu.Unlock()
 	switch state {
@@ -406,13 +420,71 @@ func (s *Informer) AddEventHandlerWithResyncPeriod(handler toolscache.ResourceEv
 	return s.get().AddEventHandlerWithResyncPeriod(handler, resyncPeriod)
 }
 
-// AddEventHandlerWithOptions adds a handler.
+// AddEventHandlerWithOptions adds a handler. The handler of a
+// controller-runtime Kind source whose controller has a durable queue
+// (NewQueue) resumes from the queue's checkpoint when s is persisted
+// (boltinformer.Informer.AddEventHandlerSince): it gets only what
+// changed, appeared or vanished since. Any other handler gets every
+// object.
 func (s *Informer) AddEventHandlerWithOptions(handler toolscache.ResourceEventHandler, options toolscache.HandlerOptions) (toolscache.ResourceEventHandlerRegistration, error) {
-	return s.get().AddEventHandlerWithOptions(handler, options)
+	inner := s.get()
+	s.mu.Lock()
+	p := s.persistent
+	s.mu.Unlock()
+	if p == nil || !isKindSourceHandler(handler) {
+		return inner.AddEventHandlerWithOptions(handler, options)
+	}
+	var reg toolscache.ResourceEventHandlerRegistration
+	var err error
+	if q := durableQueueOf(handler); q != nil {
+		if reg, err = p.AddEventHandlerSince(handler, q.since(s.name), options); err != nil {
+			return nil, err
+		}
+		q.track(s.name, reg)
+		s.mu.Lock()
+		if s.queues == nil {
+			s.queues = map[toolscache.ResourceEventHandlerRegistration]*Queue{}
+		}
+		s.queues[reg] = q
+		s.mu.Unlock()
+	} else if reg, err = p.AddEventHandlerWithOptions(handler, options); err != nil {
+		return nil, err
+	}
+	waitHandedOver(reg)
+	return reg, nil
+}
+
+// handoverWait bounds waitHandedOver.
+const handoverWait = 2 * time.Second
+
+// waitHandedOver waits, at most handoverWait, until reg's handler has been
+// handed what a late handler gets first (the deletes while down, the
+// initial adds): the Kind source then finds it synced at its first look,
+// instead of polling again 100 ms later (client-go's WaitForCacheSync).
+// controller-runtime's handler only adds requests to its queue, which
+// does not block.
+func waitHandedOver(reg toolscache.ResourceEventHandlerRegistration) {
+	c, ok := reg.(interface{ HasSyncedChecker() toolscache.DoneChecker })
+	if !ok {
+		return
+	}
+	t := time.NewTimer(handoverWait)
+	defer t.Stop()
+	select {
+	case <-c.HasSyncedChecker().Done():
+	case <-t.C:
+	}
 }
 
 // RemoveEventHandler removes a handler.
 func (s *Informer) RemoveEventHandler(handle toolscache.ResourceEventHandlerRegistration) error {
+	s.mu.Lock()
+	q := s.queues[handle]
+	delete(s.queues, handle)
+	s.mu.Unlock()
+	if q != nil {
+		q.untrack(handle)
+	}
 	return s.get().RemoveEventHandler(handle)
 }
 

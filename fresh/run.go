@@ -24,6 +24,19 @@ func (t *Tracker) Run(ctx context.Context, loaded <-chan struct{}) {
 	if !t.o.Warm {
 		return
 	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var early chan readResult
+	if t.o.BookmarkWait > 0 && t.o.Metadata != nil {
+		// The server's resourceVersion, read at once: beside the load and
+		// the watch's start, not after them (the read opens the
+		// connection the watch then shares, too).
+		early = make(chan readResult, 1)
+		wg.Go(func() {
+			list, err := t.o.Metadata.ListMetadata(ctx, metav1.ListOptions{Limit: 1})
+			early <- readResult{list, err}
+		})
+	}
 	select {
 	case <-ctx.Done():
 		return
@@ -33,15 +46,13 @@ func (t *Tracker) Run(ctx context.Context, loaded <-chan struct{}) {
 	if t.Fresh() {
 		return
 	}
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	listing := t.o.List && t.o.Metadata != nil && t.o.ListMax > 0 && t.cacheLen() <= t.o.ListMax
 	if listing {
 		// A small list tells sooner than kube-apiserver's bookmark, which
 		// comes 0 to 2.3 s after the watch starts.
 		wg.Go(func() { t.listAndPlan(ctx) })
 	}
-	if t.o.BookmarkWait > 0 && t.awaitBookmark(ctx) {
+	if t.o.BookmarkWait > 0 && t.awaitBookmark(ctx, early) {
 		return
 	}
 	switch {
@@ -158,7 +169,7 @@ func (t *Tracker) startFallback(why string) {
 // a watch has started. It returns true when there is nothing more to do
 // (fresh, or ctx done), false when the metadata list or the fallback is to
 // decide.
-func (t *Tracker) awaitBookmark(ctx context.Context) bool {
+func (t *Tracker) awaitBookmark(ctx context.Context, early <-chan readResult) bool {
 	defer t.waitOver.Store(true)
 	if t.off.Load() {
 		return t.Fresh()
@@ -170,8 +181,20 @@ func (t *Tracker) awaitBookmark(ctx context.Context) bool {
 			return true
 		case <-t.done:
 			return true
+		case res := <-early:
+			early = nil
+			if res.err != nil {
+				t.o.Logger.V(2).Info("Reading the server's resourceVersion failed", "err", res.err)
+				continue // the next watch reads it again
+			}
+			if !t.compareServerVersion(res.list) {
+				return t.Fresh()
+			}
 		case <-t.started:
-			if t.rKnown.Load() {
+			if t.rKnown.Load() || early != nil {
+				// The first read was before this watch began: read again,
+				// so that the watch cache moves past where it began and
+				// kube-apiserver sends its bookmark.
 				t.nudge(ctx)
 				continue
 			}
@@ -205,6 +228,18 @@ func (t *Tracker) readServerVersion(ctx context.Context) bool {
 		t.o.Logger.V(2).Info("Reading the server's resourceVersion failed", "err", err)
 		return true
 	}
+	return t.compareServerVersion(list)
+}
+
+// readResult is a one-object read of the server's metadata.
+type readResult struct {
+	list *metav1.PartialObjectMetadataList
+	err  error
+}
+
+// compareServerVersion compares the server's resourceVersion R, read with
+// one object's metadata, with the cache (see readServerVersion).
+func (t *Tracker) compareServerVersion(list *metav1.PartialObjectMetadataList) bool {
 	r := list.ResourceVersion
 	n := int64(-1)
 	switch {
@@ -253,6 +288,28 @@ func (t *Tracker) readServerVersion(ctx context.Context) bool {
 	if t.olderThanCache(list) {
 		t.o.Logger.Info("The server's state is older than the cache's (restored or replaced cluster?): the metadata list decides", "server", r, "cache", applied)
 		return false
+	}
+	if list.Continue == "" {
+		// The read holds the whole scope at R (empty, or one object: many
+		// of a controller manager's informers): it is the metadata list
+		// of every object, for free.
+		var plan *Catchup
+		var err error
+		t.o.Cache.Versions(func(applied string, objects iter.Seq2[string, string]) {
+			plan, err = PlanResume(list, metaKey, t.o.ResumedFrom, applied, objects)
+		})
+		switch {
+		case err == nil && plan.Done():
+			t.o.Logger.V(1).Info("Fresh: the cache holds the whole scope as the server has it", "resourceVersion", plan.ResourceVersion)
+			t.mark(plan.ResourceVersion)
+			return true
+		case err == nil:
+			t.catchup = plan
+			t.pending.Store(int64(plan.Pending()))
+		case errors.Is(err, ErrOtherTimeline):
+			t.otherHistory("the read of the whole scope", "err", err)
+			return true
+		}
 	}
 	t.r, t.n = r, n
 	t.target.Store(&r)

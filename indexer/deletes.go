@@ -26,7 +26,10 @@ func (x *Indexer) KeepDeletes() {
 		return
 	}
 	x.keepDeletes = true
-	if x.deletesFrom == "" && x.synced && !x.reset {
+	// synced: a list is applied (a cold start's, whose reset may not be
+	// committed yet: its tombstones are written after the reset drops the
+	// old ones, in the same batch).
+	if x.deletesFrom == "" && x.synced {
 		x.deletesFrom = x.rv
 		x.stateDirty = true
 	}
@@ -92,8 +95,12 @@ func (x *Indexer) Deletes(after string) ([]any, error) {
 	mem := map[string]any{}
 	for _, ops := range []map[string]*pendingOp{x.inflight, x.pending} {
 		for k, op := range ops {
-			if op.kind == opDelete && op.obj != nil && laterRV(op.obj, after) {
-				mem[k] = op.obj
+			last := op.tomb
+			if op.kind == opDelete {
+				last = op.obj
+			}
+			if last != nil && laterRV(last, after) {
+				mem[k] = last
 			}
 		}
 	}

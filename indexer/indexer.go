@@ -138,6 +138,9 @@ type pendingOp struct {
 	obj   any
 	names []string
 	vals  [][]string
+	// tomb is the last state of a delete this put replaced in the same
+	// commit, kept as the delete's (deletes.go); nil for none.
+	tomb any
 }
 
 // Indexer is a cache.Indexer (and cache.TransactionStore) persisted in a
@@ -483,10 +486,25 @@ func (x *Indexer) IndexErrors() int {
 // An op in x.pending belongs to no batch (Pending takes the whole map).
 func (x *Indexer) queueLocked(key string, op pendingOp) {
 	if cur := x.pending[key]; cur != nil {
+		op.tomb = keptDelete(cur, op)
 		*cur = op
 		return
 	}
 	x.pending[key] = &op
+}
+
+// keptDelete returns the kept delete (deletes.go) that op, replacing cur
+// as a key's pending mutation, must still write: a delete followed by a
+// create in one commit is a delete, then a put.
+func keptDelete(cur *pendingOp, op pendingOp) any {
+	switch {
+	case op.kind == opDelete:
+		return nil // its own (op.obj), the latest
+	case cur.kind == opDelete && cur.obj != nil:
+		return cur.obj
+	default:
+		return cur.tomb
+	}
 }
 
 // deleteLocked deletes key. final is the delete's last state (nil for a

@@ -222,6 +222,14 @@ func encodeOp(enc *codec.Encoder, k string, op *pendingOp, o *store.Op, r *store
 			return err
 		}
 		o.Record, o.Raw = r, raw
+		if op.tomb != nil {
+			// A delete, then this put, in one commit: its kept delete
+			// too.
+			var tr store.Record
+			if o.Tombstone, err = enc.Encode(k, op.tomb, &tr); err != nil {
+				return err
+			}
+		}
 	case opDelete:
 		if op.obj != nil {
 			// The kept delete (deletes.go): its last state, without
@@ -354,6 +362,10 @@ func (x *Indexer) Committed(b *store.Batch, err error) {
 	}
 	for k, op := range tok.ops {
 		cur, newer := x.pending[k]
+		if newer && cur.tomb == nil && cur.kind != opDelete {
+			// The failed batch's kept delete, if any, still comes first.
+			cur.tomb = keptDelete(op, *cur)
+		}
 		switch {
 		case !newer:
 			x.pending[k] = op

@@ -15,6 +15,11 @@
 // with a bearer token) and a kubeconfig for clients, whose port a
 // restart keeps (ListenLocalKubeconfig).
 //
+// It serves only what the cache file holds: an informer's change reaches
+// it once the group commit that wrote it has succeeded (Observe), so no
+// client sees a resourceVersion that a crash and a restart of the agent
+// take back.
+//
 // It never writes: every write verb is refused with a 405 Status, and the
 // cache file is never touched. What it does not serve says why, in the
 // shapes kubectl prints (notserved.go): built-in resources no informer

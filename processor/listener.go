@@ -164,13 +164,27 @@ func (l *Listener) distribute(n Notification) {
 	l.enqueue(n)
 }
 
-func (l *Listener) enqueue(n Notification) {
+func (l *Listener) enqueue(n Notification) { l.enqueueCounted(n, true) }
+
+// AddLate queues obj as an initial add that the listener does not wait
+// for to be synced: the informer hands a handler those of its objects that
+// matter less after it is published (InformerOptions.ChangedFirst).
+func (l *Listener) AddLate(obj any) {
+	l.enqueueCounted(AddNotification{Obj: obj, InInitialList: true, late: true}, false)
+}
+
+// QueueProgress queues a ProgressNotification.
+func (l *Listener) QueueProgress(at string) { l.enqueue(ProgressNotification{At: at}) }
+
+// enqueueCounted queues n; count says whether an initial add is counted
+// for HasSynced now (not for a reserved one).
+func (l *Listener) enqueueCounted(n Notification, count bool) {
 	l.pendingLock.Lock()
 	if l.stopped.Load() {
 		l.pendingLock.Unlock()
 		return
 	}
-	if a, ok := n.(AddNotification); ok && a.InInitialList {
+	if a, ok := n.(AddNotification); ok && a.InInitialList && !a.late && count {
 		l.synced.Start()
 	}
 	l.pending.WriteOne(n)
@@ -284,7 +298,7 @@ func (l *Listener) handle(n Notification, backlog int) (crashed bool) {
 	switch n := n.(type) {
 	case AddNotification:
 		l.handler.OnAdd(n.Obj, n.InInitialList)
-		if n.InInitialList {
+		if n.InInitialList && !n.late {
 			l.synced.Finished()
 		}
 	case UpdateNotification:
@@ -293,6 +307,8 @@ func (l *Listener) handle(n Notification, backlog int) (crashed bool) {
 		l.handler.OnDelete(n.Old)
 	case ProgressNotification:
 		l.delivered.Store(&n.At)
+	case barrierNotification:
+		n.b.reached()
 	}
 	return false
 }

@@ -13,6 +13,9 @@ type Notification interface {
 type AddNotification struct {
 	Obj           interface{}
 	InInitialList bool
+	// late marks an initial add the listener does not count for HasSynced
+	// (Listener.AddLate).
+	late bool
 }
 
 // UpdateNotification is delivered as handler.OnUpdate(Old, New).
@@ -34,7 +37,12 @@ type ProgressNotification struct {
 	At string
 }
 
+// barrierNotification calls no handler: the listener reports it reached
+// (Processor.Barrier).
+type barrierNotification struct{ b *barrier }
+
 func (AddNotification) isNotification()      {}
 func (ProgressNotification) isNotification() {}
+func (barrierNotification) isNotification()  {}
 func (UpdateNotification) isNotification()   {}
 func (DeleteNotification) isNotification()   {}

@@ -22,10 +22,11 @@ type Op struct {
 	// Record.Indexed), keeping its payload: an index backfill. It is a no-op
 	// for an absent key.
 	IndexOnly bool
-	// Tombstone, with a delete (Record nil), is the encoded Record envelope
-	// of the object's last state at the delete's resourceVersion: it is
-	// kept in the informer's deletes bucket under the object's bucket key
-	// (format version 5), for the checkpoints behind it.
+	// Tombstone is the encoded Record envelope of a deleted object's last
+	// state at the delete's resourceVersion (with a delete, or with a put
+	// of the same key created again since): it is kept in the informer's
+	// deletes bucket under the object's bucket key (format version 5), for
+	// the checkpoints behind it.
 	Tombstone []byte
 	// Err, set by a source that could not encode the op (see
 	// Batch.Encoding), fails the op's batch: Commit returns a *BatchError
@@ -264,7 +265,7 @@ func applyBatch(tx *bolt.Tx, b *Batch, now time.Time) error {
 			return fmt.Errorf("key %q: %w", b.Ops[i].Key, err)
 		}
 		delta += d
-		if op.Record == nil && op.Tombstone != nil && !op.IndexOnly {
+		if op.Tombstone != nil && !op.IndexOnly {
 			if err := ib.keepDelete(op); err != nil {
 				return fmt.Errorf("key %q: %w", op.Key, err)
 			}

@@ -153,8 +153,19 @@ func apiserverWatchEvents(t testing.TB, resource string) float64 {
 // included), the restarts list no ConfigMap in full (the proxy's record),
 // every LIST the apiserver counted is accounted for, and it sent fewer
 // watch events than there are sources (no WatchList's initial events; its
-// metrics).
+// metrics). It runs twice: as is, and with -durable-queue (the
+// controller's queue in the file, boltcr.NewQueue), whose warm restarts
+// resume the queue from its checkpoint.
 func TestOperatorKillAndRestart(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		flags []string
+	}{{"stock queue", nil}, {"durable queue", []string{"--durable-queue"}}} {
+		t.Run(tc.name, func(t *testing.T) { testOperatorKillAndRestart(t, tc.flags) })
+	}
+}
+
+func testOperatorKillAndRestart(t *testing.T, flags []string) {
 	const sources = 500
 	bin := operatorBinary(t)
 	cs := clientset(t)
@@ -164,7 +175,8 @@ func TestOperatorKillAndRestart(t *testing.T) {
 	dir := t.TempDir()
 	kc := p.kubeconfig(t, dir)
 	cacheFile := filepath.Join(dir, "cache.db")
-	args := []string{"--kubeconfig", kc, "--cache-file", cacheFile, "--namespace", ns}
+	args := append([]string{"--kubeconfig", kc, "--cache-file", cacheFile, "--namespace", ns}, flags...)
+	durable := len(flags) > 0
 	lc := &listCounter{}
 
 	// Cold start.
@@ -208,6 +220,9 @@ func TestOperatorKillAndRestart(t *testing.T) {
 		log := op.logText(t)
 		if !strings.Contains(log, "Warm start from cache file") || strings.Contains(log, "Cold start") {
 			t.Errorf("%s did not start warm:\n%s", name, log)
+		}
+		if resumed := strings.Contains(log, "The controller's queue resumes from its checkpoint"); resumed != durable {
+			t.Errorf("%s: the controller's queue resumed from a checkpoint: %v, want %v:\n%s", name, resumed, durable, log)
 		}
 		tr := summarize(p.since(mark), "configmaps")
 		lists := apiserverLists(t, "configmaps") - lists0

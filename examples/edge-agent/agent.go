@@ -55,8 +55,14 @@ func (a *agent) informers() []*boltinformer.Informer {
 	return infs
 }
 
-// synced reports whether every cache has synced.
-func (a *agent) synced() bool { return len(a.unsynced()) == 0 }
+// syncedCheckers are the informers' sync checkers.
+func (a *agent) syncedCheckers() []cache.DoneChecker {
+	var out []cache.DoneChecker
+	for _, inf := range a.informers() {
+		out = append(out, inf.HasSyncedChecker())
+	}
+	return out
+}
 
 // unsynced returns the names of the informers that have not synced.
 func (a *agent) unsynced() []string {

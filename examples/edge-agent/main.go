@@ -256,16 +256,10 @@ func run(ctx context.Context, c *config, stdout io.Writer) error {
 		return err
 	}
 
-	// Listers serve at once, from disk on a warm start.
-	first, _ := a.podLister.List(labels.Everything())
-	firstAt := time.Since(start)
-
-	srv := serve(l, reg, db, a.podLister, c.node)
-	defer srv.Close()
-	klog.InfoS("Edge agent serving", "addr", l.Addr().String(), "node", c.node, "cache", c.cachePath)
-
-	// The local API before the informers start: its window then holds
-	// every event. It stops (its watches end) before the informers do.
+	// The informers start first: a warm start resumes its watches and is
+	// synced (its file loaded) while the lister below decodes. The local
+	// API just before them: its window then holds every event. It stops
+	// (its watches end) before the informers do.
 	runCtx, cancel := context.WithCancel(ctx)
 	stopAPI, err := api.serve(runCtx, db)
 	if err != nil {
@@ -278,11 +272,29 @@ func run(ctx context.Context, c *config, stdout io.Writer) error {
 		stopAPI()
 		f.Shutdown() // before db.Close: the informers stop, then the file is flushed
 	}()
-	if !cache.WaitForCacheSync(ctx.Done(), a.synced) {
+	// Synced is watched beside the lister's first answer: on a warm start
+	// the file is loaded (synced) while the lister decodes. It waits on the
+	// informers' sync channels: cache.WaitForCacheSync polls every 100 ms,
+	// which would be most of a warm start.
+	syncedCh := make(chan time.Duration, 1)
+	go func() {
+		if cache.WaitFor(ctx, "edge agent", a.syncedCheckers()...) {
+			syncedCh <- time.Since(start)
+		}
+		close(syncedCh)
+	}()
+	// Listers serve at once, from disk on a warm start.
+	first, _ := a.podLister.List(labels.Everything())
+	firstAt := time.Since(start)
+
+	srv := serve(l, reg, db, a.podLister, c.node)
+	defer srv.Close()
+	klog.InfoS("Edge agent serving", "addr", l.Addr().String(), "node", c.node, "cache", c.cachePath)
+	syncedAt, ok := <-syncedCh
+	if !ok {
 		// Only ctx ends the wait: a signal or -duration.
 		return fmt.Errorf("%w (%v); not synced: %s", errStoppedBeforeSync, context.Cause(ctx), strings.Join(a.unsynced(), ", "))
 	}
-	syncedAt := time.Since(start)
 	if testHookSynced != nil {
 		if err := testHookSynced(ctx, a); err != nil {
 			return err

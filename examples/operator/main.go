@@ -33,18 +33,26 @@ func main() {
 		"Gives up: until the cache is fresh, reconciles may read the state of the last stop (sources deleted or changed while down). "+
 		"Keeps: sources deleted while down are still cleaned up (their deletes are replayed), at a cost to the apiserver of "+
 		"one read of one object's metadata and, without a bookmark within 5 s, one metadata list (at once for up to 1000 ConfigMaps)")
+	durable := flag.Bool("durable-queue", false, "no reconcile storm at a warm start: keep the controller's queue in the cache file and reconcile only "+
+		"the sources changed, created or deleted while down, the requests pending or in flight at the stop (or kill -9), and the "+
+		"RequeueAfter deadlines that fell due (boltcr.NewQueue). Gives up: a derived ConfigMap changed or deleted by someone else is "+
+		"no longer repaired at every restart (only when its source changes)")
 	dropUnused := flag.Duration("drop-unused-after", 7*24*time.Hour, "at the stop, drop from the cache file the scopes this run did not watch (e.g. another -namespace) that went this long without a commit (0: keep them)")
 	metricsAddr := flag.String("metrics-bind-address", "0", "the metrics endpoint's address (0: off)")
 	probeAddr := flag.String("health-probe-bind-address", "0", "the health probes' address (0: off)")
 	flag.Parse()
 	ctrl.SetLogger(klog.NewKlogr())
-	if err := run(ctrl.SetupSignalHandler(), *cacheFile, *namespace, *inMemory, *diskLoad, *dropUnused, *metricsAddr, *probeAddr); err != nil {
+	if *durable && *inMemory {
+		fmt.Fprintln(os.Stderr, "operator: -durable-queue needs the cache file (not -in-memory)")
+		os.Exit(2)
+	}
+	if err := run(ctrl.SetupSignalHandler(), *cacheFile, *namespace, *inMemory, *diskLoad, *durable, *dropUnused, *metricsAddr, *probeAddr); err != nil {
 		fmt.Fprintln(os.Stderr, "operator:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, cacheFile, namespace string, inMemory, diskLoad bool, dropUnused time.Duration, metricsAddr, probeAddr string) error {
+func run(ctx context.Context, cacheFile, namespace string, inMemory, diskLoad, durable bool, dropUnused time.Duration, metricsAddr, probeAddr string) error {
 	opts := ctrl.Options{
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress: probeAddr,
@@ -80,7 +88,13 @@ func run(ctx context.Context, cacheFile, namespace string, inMemory, diskLoad bo
 			return err
 		}
 	}
-	if err := (&derive.Reconciler{Client: mgr.GetClient()}).SetupWithManager(ctx, mgr); err != nil {
+	r := &derive.Reconciler{Client: mgr.GetClient()}
+	if durable {
+		// The controller's queue in the cache file: a warm start
+		// reconciles only what needs work.
+		r.NewQueue = boltcr.NewQueue(db, nil)
+	}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}
 	return mgr.Start(ctx) // returns once the caches have stopped: then db.Close

@@ -28,8 +28,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -62,6 +64,11 @@ type Reconciler struct {
 	Client client.Client
 	// OnReconcile, when set, is called after each successful reconcile.
 	OnReconcile func(req reconcile.Request, action Action, deleted int)
+	// NewQueue, when set, builds the controller's queue: boltcr.NewQueue
+	// makes a warm start reconcile only the sources changed, created or
+	// deleted while the operator was down (and the requests pending at
+	// its stop), not every source. nil is controller-runtime's queue.
+	NewQueue func(controllerName string, rateLimiter workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request]
 }
 
 // SetupWithManager adds the field index and the controller to mgr.
@@ -77,6 +84,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("derive").
+		WithOptions(controller.Options{NewQueue: r.NewQueue}).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(toSource)).
 		Complete(r)
 }

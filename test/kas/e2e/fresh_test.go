@@ -42,6 +42,7 @@ func freshAgentOptions(ns string) *boltinformer.FactoryOptions {
 func freshBookmarkOptions(ns string) *boltinformer.FactoryOptions {
 	o := freshAgentOptions(ns)
 	o.Informer.FreshBookmarkWait = 30 * time.Second
+	o.Informer.FreshListMax = -1 // no metadata list at once, however small
 	return o
 }
 
@@ -226,6 +227,7 @@ func testFreshRestoredCluster(t *testing.T, bookmarkWait time.Duration) {
 	freshAgentOptions := func(ns string) *boltinformer.FactoryOptions {
 		o := freshAgentOptions(ns)
 		o.Informer.FreshBookmarkWait = bookmarkWait
+		o.Informer.FreshListMax = -1 // the bookmark path, not a list at once
 		return o
 	}
 	cl, err := harness.Start(t, &harness.Options{EtcdUnsafeNoFsync: true})
@@ -333,6 +335,7 @@ func TestFreshBookmarkResume(t *testing.T) {
 	opts := func() *boltinformer.FactoryOptions {
 		o := freshAgentOptions(ns)
 		o.Informer.FreshBookmarkWait = 10 * time.Second
+		o.Informer.FreshListMax = -1 // the bookmark path, not a list at once
 		return o
 	}
 	path := cachePath(t)

@@ -76,7 +76,7 @@ func applyRealisticPod(ctx context.Context, cs kubernetes.Interface, ns, name st
 
 // realisticNamespace returns a namespace holding n realistic Pods
 // (applyRealisticPod), creating it once.
-func realisticNamespace(b *testing.B, c *harness.Cluster, n int) string {
+func realisticNamespace(b testing.TB, c *harness.Cluster, n int) string {
 	b.Helper()
 	seededMu.Lock()
 	defer seededMu.Unlock()

@@ -161,12 +161,19 @@ type agentProc struct {
 // ("": any free port), and waits for it to serve.
 func startAgent(t testing.TB, dir, addr string, window int) *agentProc {
 	t.Helper()
-	return startAgentEnv(t, dir, addr, window)
+	return startAgentOn(t, dir, addr, window, cluster.Kubeconfig())
 }
 
 // startAgentEnv is startAgent with more of the agent's environment
 // (NAME=VALUE).
 func startAgentEnv(t testing.TB, dir, addr string, window int, env ...string) *agentProc {
+	t.Helper()
+	return startAgentOn(t, dir, addr, window, cluster.Kubeconfig(), env...)
+}
+
+// startAgentOn is startAgentEnv with the agent's kubeconfig for the
+// cluster (one to a closed port starts it offline).
+func startAgentOn(t testing.TB, dir, addr string, window int, kubeconfig string, env ...string) *agentProc {
 	t.Helper()
 	if addr == "" {
 		addr = "127.0.0.1:0"
@@ -176,7 +183,7 @@ func startAgentEnv(t testing.TB, dir, addr string, window int, env ...string) *a
 		agentEnv+"="+filepath.Join(dir, "cache.db"),
 		agentDirEnv+"="+dir,
 		agentAddrEnv+"="+addr,
-		agentKubeEnv+"="+cluster.Kubeconfig(),
+		agentKubeEnv+"="+kubeconfig,
 		fmt.Sprintf("%s=%d", agentWindowEnv, window),
 	)
 	cmd.Env = append(cmd.Env, env...)
@@ -245,3 +252,13 @@ func (p *agentProc) stopLocked(t testing.TB) {
 }
 
 func (p *agentProc) pid() int { return p.cmd.Process.Pid }
+
+// kill ends the agent with SIGKILL (no flush, no clean stop: a crash) and
+// waits for it to exit. A kill already sent (e.g. by a client's trigger)
+// is waited for the same way.
+func (p *agentProc) kill() {
+	p.stopOnce.Do(func() {
+		_ = p.cmd.Process.Kill() // our own child, by its pid
+		<-p.done
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/controller-manager/pkg/clientbuilder"
@@ -72,10 +73,19 @@ func persist(ctx context.Context, c *config.CompletedConfig, root clientbuilder.
 		// per process by CreateControllerContext.
 		InformerName: cc.InformerFactory.InformerName(),
 		Keyrings:     keyrings,
+		// Owners' initial lists before their dependents': the garbage
+		// collector learns of a ReplicaSet before its Pods, instead of
+		// reading each owner it has not seen yet from the apiserver.
+		InitialOrder: ownersFirst,
 		Informer: boltinformer.InformerOptions{
 			TransformID:  trimID,
 			SyncPolicy:   policy,
 			FreshTimeout: b.freshTimeout,
+			// Fresh by a bookmark only: the metadata list of every object
+			// that small caches make at once by default carries
+			// managedFields (the transform trims them client side), which
+			// the apiserver-bytes target of issue 25 cannot afford.
+			FreshListMax: -1,
 		},
 	})
 	if err != nil {
@@ -125,4 +135,18 @@ func metadataClient(c *rest.Config) (metadata.Interface, error) {
 		return nil, fmt.Errorf("kcm: metadata client: %w", err)
 	}
 	return mc, nil
+}
+
+// ownersFirst ranks kube-controller-manager's resources owners first:
+// Deployments, CronJobs, StatefulSets, DaemonSets, Services and the rest
+// (0), then ReplicaSets and Jobs (1), then what those own: Pods,
+// ControllerRevisions, EndpointSlices (2).
+func ownersFirst(gvr schema.GroupVersionResource) int {
+	switch gvr.Resource {
+	case "replicasets", "jobs":
+		return 1
+	case "pods", "controllerrevisions", "endpointslices":
+		return 2
+	}
+	return 0
 }
