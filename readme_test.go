@@ -96,10 +96,11 @@ type readmeBody struct{ file, fn string }
 // variables it declares), with these imports; eachLine compiles each
 // line as a body of its own (alternatives, such as "before" and "after").
 type readmeSnippet struct {
-	imports  []string
+	imports  []string // "path", or "name path"
 	params   string
 	tail     string
 	eachLine bool
+	module   string // the module it compiles in ("": this one)
 }
 
 // readmeBlocks says how each Go block of README.md is compiled, by its
@@ -114,6 +115,13 @@ var readmeBlocks = map[string]any{
 	},
 	"In your own agent#1":  readmeBody{"localapi/readme_test.go", "serveLocalAPI"},
 	"controller-runtime#1": readmeBody{"controllerruntime/readme_test.go", "runOperator"},
+	"controller-runtime#2": readmeSnippet{
+		imports: []string{"sigs.k8s.io/controller-runtime/pkg/reconcile", "sigs.k8s.io/controller-runtime/pkg/controller",
+			"ctrl sigs.k8s.io/controller-runtime", "corev1 k8s.io/api/core/v1", "github.com/boltinformer/boltinformer",
+			"boltcr github.com/boltinformer/boltinformer/controllerruntime"},
+		params: "mgr ctrl.Manager, db *boltinformer.DB, r reconcile.Reconciler",
+		module: "controllerruntime",
+	},
 }
 
 // Every Go block of README.md compiles (issue 26 item 2): the Local API
@@ -127,8 +135,8 @@ func TestRegressionReadmeGoBlocksCompile(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := map[string]bool{}
-	imports := map[string]bool{}
-	var funcs strings.Builder
+	imports := map[string]map[string]bool{} // by module
+	funcs := map[string]*strings.Builder{}
 	for _, b := range blocks {
 		key := fmt.Sprintf("%s#%d", b.Section, b.Index)
 		seen[key] = true
@@ -142,15 +150,22 @@ func TestRegressionReadmeGoBlocksCompile(t *testing.T) {
 				t.Errorf("README.md:%d (%s) is not the body of %s in %s; make them equal.\nREADME:\n%s\n%s:\n%s", b.Line, key, how.fn, how.file, b.Text, how.fn, body)
 			}
 		case readmeSnippet:
+			mod := how.module
+			if mod == "" {
+				mod = "."
+			}
+			if imports[mod] == nil {
+				imports[mod], funcs[mod] = map[string]bool{}, &strings.Builder{}
+			}
 			for _, imp := range how.imports {
-				imports[imp] = true
+				imports[mod][imp] = true
 			}
 			bodies := []string{b.Text}
 			if how.eachLine {
 				bodies = strings.Split(strings.TrimSpace(b.Text), "\n")
 			}
 			for i, body := range bodies {
-				fmt.Fprintf(&funcs, "\n// README.md:%d\nfunc snippet%d_%d(%s) {\n%s\n%s\n}\n", b.Line, b.Line, i, how.params, body, how.tail)
+				fmt.Fprintf(funcs[mod], "\n// README.md:%d\nfunc snippet%d_%d(%s) {\n%s\n%s\n}\n", b.Line, b.Line, i, how.params, body, how.tail)
 			}
 		default:
 			t.Errorf("README.md:%d: the Go block %s is compiled by no test: add it to readmeBlocks", b.Line, key)
@@ -161,14 +176,20 @@ func TestRegressionReadmeGoBlocksCompile(t *testing.T) {
 			t.Errorf("readmeBlocks names %s, which README.md does not have", key)
 		}
 	}
-	var src strings.Builder
-	src.WriteString("package snippet\n\nimport (\n")
-	for _, imp := range slices.Sorted(maps.Keys(imports)) {
-		fmt.Fprintf(&src, "\t%q\n", imp)
-	}
-	src.WriteString(")\n")
-	src.WriteString(funcs.String())
-	if err := readmecheck.Compile(".", t.TempDir(), src.String()); err != nil {
-		t.Errorf("README.md's Go snippets do not compile: %v\nthe file compiled:\n%s", err, src.String())
+	for _, mod := range slices.Sorted(maps.Keys(imports)) {
+		var src strings.Builder
+		src.WriteString("package snippet\n\nimport (\n")
+		for _, imp := range slices.Sorted(maps.Keys(imports[mod])) {
+			if name, path, ok := strings.Cut(imp, " "); ok {
+				fmt.Fprintf(&src, "\t%s %q\n", name, path)
+			} else {
+				fmt.Fprintf(&src, "\t%q\n", imp)
+			}
+		}
+		src.WriteString(")\n")
+		src.WriteString(funcs[mod].String())
+		if err := readmecheck.Compile(mod, t.TempDir(), src.String()); err != nil {
+			t.Errorf("README.md's Go snippets do not compile in module %s: %v\nthe file compiled:\n%s", mod, err, src.String())
+		}
 	}
 }
