@@ -332,7 +332,11 @@ type Informer struct {
 	// blockDeltas serializes event distribution with handler registration,
 	// so a late handler joins between two events.
 	blockDeltas sync.Mutex
-	obs         observerSet // Observe (observe.go)
+	// windowLocked: the batch the indexer is taking was taken holding
+	// blockDeltas (window.go); read and written by the committer's
+	// goroutine only (the indexer's Pending).
+	windowLocked bool
+	obs          observerSet // Observe (observe.go)
 }
 
 var _ cache.SharedIndexInformer = (*Informer)(nil)

@@ -441,6 +441,10 @@ func BenchmarkIngest(b *testing.B) {
 		{"boltinformer/bounded", func(*commitLog) setup {
 			return oursIngest(&boltinformer.InformerOptions{Memory: boltinformer.BoundedMemory}, nil)
 		}},
+		// With an observer (the local API), and with it keeping its window
+		// in the file (KeepWindow): what the local API costs ingest.
+		{"boltinformer/full+observer", func(*commitLog) setup { return oursIngestObserved(0) }},
+		{"boltinformer/full+window", func(*commitLog) setup { return oursIngestObserved(1024) }},
 	}
 	for _, round := range []struct {
 		name         string
@@ -675,6 +679,30 @@ func oursIngest(opts *boltinformer.InformerOptions, log *commitLog) func(b *test
 			b.Fatal(err)
 		}
 		return inf, func() error { return db.Flush(context.Background()) }, func() {
+			if err := db.Close(); err != nil {
+				b.Error(err)
+			}
+		}
+	}
+}
+
+// oursIngestObserved is oursIngest (Full) with an observer that does
+// nothing, as the local API's, and the window of keep changes kept in the
+// file (KeepWindow; 0: none).
+func oursIngestObserved(keep int) func(b *testing.B, lw cache.ListerWatcher) (cache.SharedIndexInformer, func() error, func()) {
+	return func(b *testing.B, lw cache.ListerWatcher) (cache.SharedIndexInformer, func() error, func()) {
+		db, err := boltinformer.Open(benchPath(b, "ingest.db"), quietDB())
+		if err != nil {
+			b.Fatal(err)
+		}
+		inf, err := db.NewInformer("pods", lw, &corev1.Pod{}, 0, podIndexers(), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		inf.KeepWindow(keep)
+		_, stop := inf.Observe(func(boltinformer.Change) {})
+		return inf, func() error { return db.Flush(context.Background()) }, func() {
+			stop()
 			if err := db.Close(); err != nil {
 				b.Error(err)
 			}

@@ -58,6 +58,11 @@ type ObservedState struct {
 	// Synced is true once a complete list is in the cache (from the server,
 	// or loaded from a synced file).
 	Synced bool
+	// Window, for the first observer of a process, is the window of
+	// changes the file holds (KeepWindow), oldest first, ending at
+	// ResourceVersion's content: the changes observers of the last
+	// process were given. Nil for later observers.
+	Window []WindowChange
 }
 
 // observer is one Observe registration.
@@ -108,14 +113,26 @@ func (s *Informer) Observe(fn func(Change)) (ObservedState, func()) {
 			s.logger.V(1).Info("Observe: what the informer applied is not on disk yet: the observer gets it once it is", "err", err)
 		}
 	}
+	var window []WindowChange
+	if !tracking {
+		// What the file holds: consistent with its objects (a commit
+		// that changed them without the window cleared it), and no
+		// change is applied meanwhile (blockDeltas).
+		window = s.fileWindow()
+	}
 	ob.mu.Lock()
+	started := false
 	if !ob.tracking {
 		// A cold start's cache before its first list is empty, and so is
 		// what a restart would serve: on disk in effect.
 		empty := s.indexer.Len() == 0 && !s.indexer.Synced()
 		ob.startLocked(s.indexer.List(), s.indexer.ResourceVersion(), s.indexer.Synced(), empty || s.indexer.AllDurable())
+		started = true
 	}
 	st := ob.stateLocked()
+	if started && ob.onDisk && !tracking {
+		st.Window = window
+	}
 	ob.observers = append(ob.observers, o)
 	ob.mu.Unlock()
 	s.blockDeltas.Unlock()
@@ -164,6 +181,12 @@ type observerSet struct {
 	// the changes up to baseAt are on disk.
 	onDisk bool
 	queue  []queuedChange
+	// windowReset: the file's window misses changes (released before a
+	// batch took them, or the base was not the file's): the next batch
+	// clears it; windowResetAt is the mark of the batch that does (0: none
+	// taken yet). See window.go.
+	windowReset   bool
+	windowResetAt uint64
 }
 
 // queuedChange is a change applied and not yet on disk.
@@ -183,6 +206,7 @@ func (ob *observerSet) startLocked(objs []any, rv string, synced, onDisk bool) {
 	// mark) may not hold all of the content; one taken after does.
 	ob.baseAt = ob.seq.Add(1)
 	ob.queue = nil
+	ob.windowReset, ob.windowResetAt = !onDisk, 0
 }
 
 // stopLocked drops the base and the queue (no observer is left). Caller
@@ -243,6 +267,7 @@ func (s *Informer) durable(mark uint64) {
 	s.obs.mu.Lock()
 	defer s.obs.mu.Unlock()
 	s.releaseLocked(mark)
+	s.obs.windowCommittedLocked(mark)
 }
 
 // releaseLocked delivers to the observers, in order, the changes numbered
@@ -255,6 +280,7 @@ func (s *Informer) releaseLocked(mark uint64) {
 	if !ob.tracking {
 		return
 	}
+	batched := mark // the changes up to it were in a committed batch
 	if s.indexer.AllDurable() {
 		mark = max(mark, ob.seq.Load())
 	}
@@ -272,6 +298,11 @@ func (s *Informer) releaseLocked(mark uint64) {
 		n++
 	}
 	for _, q := range ob.queue[:n] {
+		if q.seq > batched && q.c.Type != ChangeBookmark {
+			// Released with nothing to write: no batch carried it to
+			// the file's window (window.go).
+			ob.windowReset, ob.windowResetAt = true, 0
+		}
 		ob.applyLocked(q.c)
 		if ob.onDisk {
 			for _, o := range ob.observers {
@@ -336,6 +367,7 @@ func (s *Informer) notifyLocked(c Change) {
 		for _, q := range ob.queue[:half] {
 			ob.applyLocked(q.c)
 		}
+		ob.windowReset, ob.windowResetAt = true, 0 // folded: not in the window
 		ob.baseAt = ob.queue[half-1].seq
 		ob.queue = append(ob.queue[:0:0], ob.queue[half:]...)
 		ob.onDisk = false

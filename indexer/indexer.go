@@ -160,6 +160,14 @@ type Indexer struct {
 	onUndecodable func(int)
 	// mark and durable are the durability notices (durable.go), guarded
 	// by mu.
+	// windowKeep and windowSrc are the window's (window.go): how many
+	// changes the file keeps, and where they come from.
+	windowKeep int
+	windowSrc  WindowSource
+	windowLock func() (unlock func())
+	// windowEnc are the encodings of the objects after the last window
+	// batch's changes, by object (window.go); used by Pending only.
+	windowEnc map[kruntime.Object][]byte
 	mark      func() uint64
 	durable   func(uint64)
 	transform cache.TransformFunc
@@ -750,6 +758,15 @@ func (x *Indexer) CommitError() error {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return x.commitErr
+}
+
+// Identity returns the identity fields this indexer writes with its
+// commits (ClusterID, Resource, ListOptions, Transform): what it was
+// opened with, or the last SetIdentity.
+func (x *Indexer) Identity() store.State {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.identity
 }
 
 // SetIdentity replaces the identity fields of the state record; they are

@@ -52,16 +52,19 @@ func (x *Indexer) stateLocked() store.State {
 // since the last call, encoded, with the state record as of the last one.
 // Encoding happens outside the lock, so readers and writers go on.
 func (x *Indexer) Pending() (*store.Batch, error) {
+	unlockWindow := x.lockForWindow()
 	x.mu.Lock()
 	if x.closed || (x.reset && !x.synced) || len(x.unpersisted) > 0 || x.held {
 		// A cold start keeps the old data until a complete list replaces
 		// it; an object that cannot be written, or Hold, holds the file
 		// back at the last state it holds exactly (persist.go).
 		x.mu.Unlock()
+		unlockWindow()
 		return nil, nil
 	}
 	if len(x.pending) == 0 && !x.stateDirty && !x.reset && len(x.drop) == 0 {
 		x.mu.Unlock()
+		unlockWindow()
 		return nil, nil
 	}
 	ops := x.pending
@@ -78,9 +81,14 @@ func (x *Indexer) Pending() (*store.Batch, error) {
 		x.prune = ""
 	}
 	x.stateDirty, x.reset, x.drop, x.listed = false, false, nil, false
+	keep, src := x.windowKeep, x.windowSrc
 	x.mu.Unlock()
+	// The batch's mutations are those of the changes numbered up to its
+	// mark: the window's changes may be read after.
+	unlockWindow()
 
 	b.Ops, tok.enc = x.encodeOps(ops)
+	x.windowBatch(b, tok, keep, src)
 	if tok.enc.chunks != nil {
 		b.Encoding = tok.enc
 	}

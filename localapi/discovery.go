@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -55,7 +54,7 @@ func (h *Handler) serveDiscovery(w http.ResponseWriter, r *http.Request, path st
 	case len(parts) == 2 && parts[0] == "apis":
 		g := h.group(parts[1])
 		if g == nil {
-			h.writeError(w, pathNotFound())
+			h.writeError(w, r, pathNotFound())
 			return true
 		}
 		obj = g
@@ -63,10 +62,7 @@ func (h *Handler) serveDiscovery(w http.ResponseWriter, r *http.Request, path st
 		obj = h.resourceList(schema.GroupVersion{Group: parts[1], Version: parts[2]})
 	case len(parts) == 1 && (parts[0] == "openapi" || parts[0] == "swagger.json"),
 		len(parts) >= 2 && parts[0] == "openapi":
-		h.writeError(w, &apierrors.StatusError{ErrStatus: metav1.Status{
-			Status: metav1.StatusFailure, Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound,
-			Message: "the local API serves no OpenAPI documents (kubectl explain and client-side validation need the cluster)",
-		}})
+		writeOpenAPIRefused(w)
 		return true
 	default:
 		return false
@@ -75,24 +71,30 @@ func (h *Handler) serveDiscovery(w http.ResponseWriter, r *http.Request, path st
 		return true
 	}
 	if rl, ok := obj.(*metav1.APIResourceList); ok && len(rl.APIResources) == 0 {
-		h.writeError(w, pathNotFound())
+		h.writeError(w, r, pathNotFound())
 		return true
 	}
 	if ro, ok := obj.(runtime.Object); ok {
 		var buf bytes.Buffer
 		if err := jsonSerializer.Encode(ro, &buf); err != nil {
-			h.writeError(w, err)
+			h.writeError(w, r, err)
 			return true
 		}
 		writeBody(w, r, formatJSON, buf.Bytes())
 		return true
 	}
-	b, err := json.Marshal(obj)
+	// /version: indented whatever the request, as kube-apiserver writes
+	// it (WriteRawJSON), never gzipped.
+	b, err := json.MarshalIndent(obj, "", "  ")
 	if err != nil {
-		h.writeError(w, err)
+		h.writeError(w, r, err)
 		return true
 	}
-	writeBody(w, r, formatJSON, b)
+	w.Header().Set("Content-Type", mediaJSON)
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(b)
+	}
 	return true
 }
 
@@ -101,26 +103,85 @@ func (h *Handler) isReadOnly(w http.ResponseWriter, r *http.Request, path string
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		return true
 	}
-	h.writeError(w, apierrors.NewMethodNotSupported(schema.GroupResource{Resource: path}, methodVerb(r.Method, true)))
+	h.writeError(w, r, readOnly(schema.GroupResource{Resource: path}, methodVerb(r.Method, true)))
 	return false
 }
 
-// groupList is /apis: every group with a served resource, its versions
-// in Kubernetes' order (the first preferred).
+// discoveryEntry is one resource in discovery, with its group version.
+type discoveryEntry struct {
+	gv  schema.GroupVersion
+	res metav1.APIResource
+}
+
+// discoveryEntries are every resource discovery lists: the served ones
+// (get, list, watch), then without verbs the refused ones (Secrets
+// without Options.Secrets) and the built-in resources no informer serves
+// (see notserved.go), sorted by group, version and resource.
+func (h *Handler) discoveryEntries() []discoveryEntry {
+	h.refresh()
+	h.mu.Lock()
+	svs := make([]*served, 0, len(h.byGVR))
+	for _, sv := range h.byGVR {
+		svs = append(svs, sv)
+	}
+	h.mu.Unlock()
+	var out []discoveryEntry
+	have := map[schema.GroupResource]bool{}
+	for _, sv := range svs {
+		r := &sv.res
+		verbs := readOnlyVerbs
+		if sv.refusedWhy() != "" {
+			verbs = metav1.Verbs{}
+		}
+		have[r.GroupVersionResource.GroupResource()] = true
+		out = append(out, discoveryEntry{gv: r.GroupVersion(), res: metav1.APIResource{
+			Name:         r.Resource,
+			SingularName: r.singular(),
+			Namespaced:   r.namespaced(),
+			Kind:         r.Kind,
+			Verbs:        verbs,
+			ShortNames:   r.ShortNames,
+			Categories:   r.Categories,
+		}})
+	}
+	gvs := map[schema.GroupVersion]bool{}
+	for _, b := range builtinResources() {
+		gvs[b.gvr.GroupVersion()] = true
+	}
+	for gv := range gvs {
+		for _, r := range h.unservedResources(gv, have) {
+			out = append(out, discoveryEntry{gv: gv, res: r})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.gv.Group != b.gv.Group {
+			return a.gv.Group < b.gv.Group
+		}
+		if a.gv.Version != b.gv.Version {
+			return a.gv.Version < b.gv.Version
+		}
+		return a.res.Name < b.res.Name
+	})
+	return out
+}
+
+// groupList is /apis: every group with a resource in discovery, its
+// versions in Kubernetes' order (the first preferred).
 func (h *Handler) groupList() *metav1.APIGroupList {
 	gl := &metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}, Groups: []metav1.APIGroup{}}
 	versions := map[string][]string{}
 	var groups []string
-	for _, sv := range h.resources() {
-		g := sv.res.Group
+	for _, e := range h.discoveryEntries() {
+		g := e.gv.Group
 		if g == "" {
 			continue
 		}
 		if _, ok := versions[g]; !ok {
 			groups = append(groups, g)
 		}
-		if !contains(versions[g], sv.res.Version) {
-			versions[g] = append(versions[g], sv.res.Version)
+		if !contains(versions[g], e.gv.Version) {
+			versions[g] = append(versions[g], e.gv.Version)
 		}
 	}
 	sort.Strings(groups)
@@ -130,12 +191,12 @@ func (h *Handler) groupList() *metav1.APIGroupList {
 	return gl
 }
 
-// group is /apis/{group}, or nil when no resource of it is served.
+// group is /apis/{group}, or nil when no resource of it is in discovery.
 func (h *Handler) group(name string) *metav1.APIGroup {
 	var vs []string
-	for _, sv := range h.resources() {
-		if sv.res.Group == name && !contains(vs, sv.res.Version) {
-			vs = append(vs, sv.res.Version)
+	for _, e := range h.discoveryEntries() {
+		if e.gv.Group == name && !contains(vs, e.gv.Version) {
+			vs = append(vs, e.gv.Version)
 		}
 	}
 	if len(vs) == 0 {
@@ -160,20 +221,10 @@ func apiGroup(name string, versions []string) metav1.APIGroup {
 // resourceList is a group version's resources.
 func (h *Handler) resourceList(gv schema.GroupVersion) *metav1.APIResourceList {
 	rl := &metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: gv.String(), APIResources: []metav1.APIResource{}}
-	for _, sv := range h.resources() {
-		r := &sv.res
-		if r.GroupVersion() != gv {
-			continue
+	for _, e := range h.discoveryEntries() {
+		if e.gv == gv {
+			rl.APIResources = append(rl.APIResources, e.res)
 		}
-		rl.APIResources = append(rl.APIResources, metav1.APIResource{
-			Name:         r.Resource,
-			SingularName: r.singular(),
-			Namespaced:   r.namespaced(),
-			Kind:         r.Kind,
-			Verbs:        readOnlyVerbs,
-			ShortNames:   r.ShortNames,
-			Categories:   r.Categories,
-		})
 	}
 	return rl
 }

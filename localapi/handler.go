@@ -1,7 +1,6 @@
 package localapi
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	goruntime "runtime"
 	"runtime/debug"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -41,8 +39,16 @@ type Options struct {
 	// which watches resume (default DefaultWindowEvents). Each event holds
 	// the object after the change and the one before: the window's memory
 	// is at most about 2 x WindowEvents objects per resource, and the
-	// event's encodings for watches (one per format watched).
+	// event's encodings for watches (one per format watched). New keeps
+	// the same number in the cache file (Informer.KeepWindow): after a
+	// restart, a watch resumes from any resourceVersion the window held.
 	WindowEvents int
+	// WindowInMemory keeps the window in memory only: after a restart a
+	// watch from before it gets 410 and its client relists. It saves what
+	// keeping the window in the file costs each change: its object and
+	// the one before it encoded and written once more (about 15 to 23 us
+	// of CPU per change; docs/BENCHMARKS.md, "Local API").
+	WindowInMemory bool
 	// ListCacheBytes bounds the encodings of list items kept across
 	// requests, all resources together (default DefaultListCacheBytes; a
 	// negative value keeps none). A LIST encodes each object once per
@@ -78,6 +84,7 @@ type served struct {
 	refused  string         // why requests are refused (403), or ""
 	protobuf bool           // the objects have a protobuf encoding
 	example  runtime.Object // an empty object of the kind (bookmarks)
+	scope    *scope         // what the informer lists, or nil (unknown, everything)
 }
 
 // Handler is the local API: an http.Handler over a DB's informers (New)
@@ -142,6 +149,11 @@ type Snapshot struct {
 	// payloads are encrypted and no key was given): requests get 403
 	// with it.
 	Refused string
+	// ListOptions is the informer's ListOptions fingerprint (the file's
+	// state records it; boltinformer.ListOptionsFingerprint): a request
+	// wider than its namespace and selectors gets a warning that the
+	// answer holds only what the informer lists.
+	ListOptions string
 }
 
 // NewStatic returns a local API serving fixed snapshots (a closed cache
@@ -166,7 +178,7 @@ func NewStatic(snaps []Snapshot, opts *Options) (*Handler, error) {
 		for i, o := range s.Objects {
 			objs[i] = o
 		}
-		sv := &served{res: r, refused: s.Refused}
+		sv := &served{res: r, refused: s.Refused, scope: newScope(s.ListOptions)}
 		if sv.refused == "" {
 			sv.refused = h.refusal(&r, nil, s.Objects)
 		}
@@ -335,6 +347,11 @@ func (h *Handler) attachLocked(inf *boltinformer.Informer) {
 	v := newView(h.opts.WindowEvents, h.budget)
 	v.refuseSecrets = !h.opts.Secrets
 	v.mu.Lock()
+	// The window is kept in the file: after a restart the watches resume
+	// from any resourceVersion it held (Informer.KeepWindow).
+	if !h.opts.WindowInMemory {
+		inf.KeepWindow(h.opts.WindowEvents)
+	}
 	st, stop := inf.Observe(v.apply)
 	v.initLocked(st)
 	objs := make([]runtime.Object, 0, len(st.Objects))
@@ -356,7 +373,7 @@ func (h *Handler) attachLocked(inf *boltinformer.Informer) {
 		h.addLocked(&served{res: desc, refused: why}, nil)
 		return
 	}
-	h.addLocked(&served{res: desc, view: v, stop: stop}, objs)
+	h.addLocked(&served{res: desc, view: v, stop: stop, scope: newScope(inf.Indexer().Identity().ListOptions)}, objs)
 }
 
 // Close ends every watch, unregisters from the informers and makes every
@@ -457,18 +474,32 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				panic(p)
 			}
 			h.logger.Error(fmt.Errorf("%v", p), "Request panicked", "path", r.URL.Path, "stack", string(debug.Stack()))
-			h.writeError(w, apierrors.NewInternalError(fmt.Errorf("local API: %v", p)))
+			h.writeError(w, r, apierrors.NewInternalError(fmt.Errorf("local API: %v", p)))
 		}
 	}()
-	if h.opts.Token != "" && r.Context().Value(socketConn{}) == nil && !h.authorized(r) {
-		h.writeError(w, apierrors.NewUnauthorized("Unauthorized"))
+	if h.opts.Token != "" && r.Context().Value(socketConn{}) == nil && !publicPath(r.URL.Path) && !h.authorized(r) {
+		h.writeError(w, r, apierrors.NewUnauthorized("Unauthorized"))
 		return
 	}
 	path := r.URL.Path
+	if h.serveReview(w, r) {
+		return
+	}
 	if h.serveDiscovery(w, r, path) {
 		return
 	}
 	h.serveResource(w, r)
+}
+
+// publicPath reports whether path is served without credentials, as
+// kube-apiserver serves it to anyone (its system:public-info-viewer role):
+// the health checks and /version, for probes.
+func publicPath(path string) bool {
+	switch strings.TrimSuffix(path, "/") {
+	case "/healthz", "/livez", "/readyz", "/version":
+		return true
+	}
+	return false
 }
 
 // authorized reads the bearer token as kube-apiserver does: the scheme's
@@ -479,37 +510,4 @@ func (h *Handler) authorized(r *http.Request) bool {
 		return false
 	}
 	return subtle.ConstantTimeCompare([]byte(parts[1]), []byte(h.opts.Token)) == 1
-}
-
-// writeError writes err as a Status (JSON, which every client decodes).
-func (h *Handler) writeError(w http.ResponseWriter, err error) {
-	st := toStatus(err)
-	st.APIVersion, st.Kind = "v1", "Status"
-	var buf bytes.Buffer
-	if err := jsonSerializer.Encode(st, &buf); err != nil {
-		http.Error(w, st.Message, int(st.Code))
-		return
-	}
-	w.Header().Set("Content-Type", mediaJSON)
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	if st.Details != nil && st.Details.RetryAfterSeconds > 0 {
-		w.Header().Set("Retry-After", fmt.Sprint(st.Details.RetryAfterSeconds))
-	}
-	code := int(st.Code)
-	if code == 0 {
-		code = http.StatusInternalServerError
-	}
-	w.WriteHeader(code)
-	_, _ = w.Write(buf.Bytes())
-}
-
-// writeBody writes a 200 with body in format f.
-func writeBody(w http.ResponseWriter, r *http.Request, f format, body []byte) {
-	w.Header().Set("Content-Type", f.mediaType())
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(http.StatusOK)
-	if r.Method != http.MethodHead {
-		_, _ = w.Write(body)
-	}
 }

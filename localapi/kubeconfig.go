@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -31,6 +32,54 @@ func WriteKubeconfig(path, addr, token string, cert *Cert) error {
 		return fmt.Errorf("localapi: kubeconfig: %w", err)
 	}
 	return writeFileAtomic(path, b, 0o600)
+}
+
+// ListenLocalKubeconfig listens as ListenLocal and writes the kubeconfig
+// at path for the listener (WriteKubeconfig). With port 0 in addr (any
+// free port), it first takes again the port of the kubeconfig already at
+// path, written by an earlier run on the same host: a long-running client
+// (kubectl -w, an informer, a Python watch) reconnects with the address it
+// read, after a restart of the agent. When that port is taken by another
+// program, it takes a free one and the kubeconfig changes.
+func ListenLocalKubeconfig(path, addr, token string, cert *Cert) (net.Listener, error) {
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	var l net.Listener
+	if host, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+		if kept := keptAddr(path, host); kept != "" {
+			l, _ = ListenLocal(kept, cert) // taken: a free port below
+		}
+	}
+	if l == nil {
+		var err error
+		if l, err = ListenLocal(addr, cert); err != nil {
+			return nil, err
+		}
+	}
+	if err := WriteKubeconfig(path, l.Addr().String(), token, cert); err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// keptAddr is the address of the kubeconfig at path (ContextName's
+// cluster) when it is https on host, or "".
+func keptAddr(path, host string) string {
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return ""
+	}
+	c := cfg.Clusters[ContextName]
+	if c == nil {
+		return ""
+	}
+	u, err := url.Parse(c.Server)
+	if err != nil || u.Scheme != "https" || u.Hostname() != host || u.Port() == "" || u.Port() == "0" {
+		return ""
+	}
+	return net.JoinHostPort(host, u.Port())
 }
 
 // UnixConfig is a client-go rest.Config for a local API on the Unix socket

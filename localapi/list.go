@@ -22,72 +22,75 @@ import (
 func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request) {
 	req, ok := parsePath(r.URL.Path)
 	if !ok {
-		h.writeError(w, pathNotFound())
+		h.writeError(w, r, pathNotFound())
 		return
 	}
 	sv, err := h.lookup(req.gv.WithResource(req.resource))
 	if err != nil {
-		h.writeError(w, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if sv == nil {
-		h.writeError(w, pathNotFound())
+		h.writeError(w, r, h.notServed(&req))
 		return
 	}
 	gr := sv.res.GroupVersionResource.GroupResource()
+	if req.subresource != "" && req.subresource != "status" {
+		h.writeError(w, r, h.subresourceNotServed(gr, &req))
+		return
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		h.writeError(w, apierrors.NewMethodNotSupported(gr, methodVerb(r.Method, req.name != "")))
+		h.writeError(w, r, readOnly(gr, methodVerb(r.Method, req.name != "")))
 		return
 	}
 	if sv.refused != "" {
-		h.writeError(w, sv.forbidden(req.name, sv.refused))
+		h.writeError(w, r, sv.forbidden(req.name, sv.refused))
 		return
 	}
 	// A namespace in the path of a cluster-wide resource, or a name
 	// without one for a namespaced resource, is no path of the API.
 	if (req.namespace != "" && !sv.res.namespaced()) || (req.name != "" && req.namespace == "" && sv.res.namespaced()) {
-		h.writeError(w, pathNotFound())
-		return
-	}
-	if req.subresource != "" && req.subresource != "status" {
-		h.writeError(w, pathNotFound())
+		h.writeError(w, r, pathNotFound())
 		return
 	}
 	opts, err := parseListOptions(r.URL.Query())
 	if err != nil {
-		h.writeError(w, err)
+		h.writeError(w, r, err)
 		return
 	}
 	watching := isWatch(&req, opts)
 	if req.subresource != "" && watching {
-		h.writeError(w, pathNotFound())
+		h.writeError(w, r, pathNotFound())
 		return
 	}
 	out, err := negotiate(r.Header.Get("Accept"), req.name == "", watching, sv.protobuf)
 	if err != nil {
-		h.writeError(w, err)
+		h.writeError(w, r, err)
 		return
 	}
 	sel, err := newSelector(&sv.res, opts.labels, opts.fields)
 	if err != nil {
-		h.writeError(w, err)
+		h.writeError(w, r, err)
 		return
 	}
 	v := sv.view
 	if err := v.checkRV(opts.ResourceVersion); err != nil {
-		h.writeError(w, err)
+		h.writeError(w, r, err)
 		return
 	}
 	v.mu.RLock()
 	synced, secrets := v.synced, v.secrets
 	v.mu.RUnlock()
 	if secrets != "" {
-		h.writeError(w, sv.forbidden(req.name, secrets))
+		h.writeError(w, r, sv.forbidden(req.name, secrets))
 		return
 	}
 	if !synced {
-		h.writeError(w, notSynced(gr))
+		h.writeError(w, r, notSynced(gr))
 		return
+	}
+	if req.name == "" && sv.scope.wider(req.namespace, opts.labels, opts.fields) {
+		sv.scope.warnPartial(w, gr.Resource)
 	}
 	switch {
 	case watching:
@@ -95,7 +98,7 @@ func (h *Handler) serveResource(w http.ResponseWriter, r *http.Request) {
 			// The deprecated /watch/.../{name}: a watch of one object.
 			opts.FieldSelector = "metadata.name=" + req.name
 			if sel, err = newSelector(&sv.res, opts.labels, fields.OneTermEqualSelector("metadata.name", req.name)); err != nil {
-				h.writeError(w, err)
+				h.writeError(w, r, err)
 				return
 			}
 		}
@@ -157,22 +160,25 @@ func (h *Handler) serveGet(w http.ResponseWriter, r *http.Request, sv *served, r
 	gr := sv.res.GroupVersionResource.GroupResource()
 	if msgs := content.IsPathSegmentName(req.name); len(msgs) != 0 {
 		// The apiserver's storage refuses such a name before it looks.
-		h.writeError(w, badRequest(fmt.Sprintf("Name parameter invalid: %q: %s", req.name, strings.Join(msgs, ";"))))
+		h.writeError(w, r, badRequest(fmt.Sprintf("Name parameter invalid: %q: %s", req.name, strings.Join(msgs, ";"))))
 		return
 	}
 	if err := h.waitFor(r.Context(), v, opts.ResourceVersion); err != nil {
-		h.writeError(w, err)
+		h.writeError(w, r, err)
 		return
 	}
 	v.mu.RLock()
 	it, secrets := v.objs[objectKey(req.namespace, req.name)], v.secrets
 	v.mu.RUnlock()
 	if secrets != "" {
-		h.writeError(w, sv.forbidden(req.name, secrets))
+		h.writeError(w, r, sv.forbidden(req.name, secrets))
 		return
 	}
 	if it == nil {
-		h.writeError(w, notFound(gr, req.name))
+		if sv.scope != nil {
+			sv.scope.warnNotFound(w, gr.Resource)
+		}
+		h.writeError(w, r, notFound(gr, req.name))
 		return
 	}
 	obj := it.obj
@@ -187,7 +193,7 @@ func (h *Handler) serveGet(w http.ResponseWriter, r *http.Request, sv *served, r
 		err = encodeObject(&buf, out.format, withKind(obj, sv.res.gvk()))
 	}
 	if err != nil {
-		h.writeError(w, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeBody(w, r, out.format, buf.Bytes())
@@ -286,6 +292,11 @@ func (h *Handler) selectPage(ctx context.Context, sv *served, namespace string, 
 		return p, nil
 	}
 	limit := int(opts.Limit)
+	if opts.ResourceVersion == "0" && opts.Continue == "" {
+		// The whole list, as kube-apiserver's watch cache answers
+		// resourceVersion=0 whatever the limit (computeListLimit).
+		limit = 0
+	}
 	var lastKey string
 	more := false
 	var err error
@@ -329,7 +340,7 @@ const cancelCheckEvery = 256
 func (h *Handler) serveList(w http.ResponseWriter, r *http.Request, sv *served, namespace string, opts *listOptions, sel *selector, out output) {
 	p, err := h.selectPage(r.Context(), sv, namespace, opts, sel)
 	if err != nil {
-		h.writeError(w, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if out.target == targetObject {
@@ -352,7 +363,7 @@ func (h *Handler) serveList(w http.ResponseWriter, r *http.Request, sv *served, 
 		}
 	}
 	if err != nil {
-		h.writeError(w, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeBody(w, r, out.format, buf.Bytes())
@@ -366,7 +377,7 @@ func (h *Handler) writeItems(w http.ResponseWriter, r *http.Request, sv *served,
 	for i, it := range p.items {
 		b, err := it.encoded(f, sv.view.budget)
 		if err != nil {
-			h.writeError(w, err)
+			h.writeError(w, r, err)
 			return
 		}
 		encs[i] = b
@@ -375,7 +386,7 @@ func (h *Handler) writeItems(w http.ResponseWriter, r *http.Request, sv *served,
 	body, err := appendList((*bp)[:0], f, sv.res.GroupVersion().WithKind(sv.res.Kind+"List"), p.meta, encs)
 	if err != nil {
 		bodyPool.Put(bp)
-		h.writeError(w, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeBody(w, r, f, body)

@@ -204,3 +204,42 @@ func TestRegressionTornCertPairRegenerated(t *testing.T) {
 		t.Fatalf("a foreign pair that does not match: %v, want ErrToken", err)
 	}
 }
+
+// ListenLocalKubeconfig with port 0 takes the port of the kubeconfig it
+// wrote before (issue 26 item 6), and a free one when that port is taken.
+func TestListenLocalKubeconfigKeepsPort(t *testing.T) {
+	dir := t.TempDir()
+	cert, err := localapi.LoadOrCreateCert(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := filepath.Join(dir, "kubeconfig")
+	l, err := localapi.ListenLocalKubeconfig(kc, "127.0.0.1:0", "tok", cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := l.Addr().String()
+	l.Close()
+	l, err = localapi.ListenLocalKubeconfig(kc, "127.0.0.1:0", "tok", cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Addr().String() != first {
+		t.Fatalf("second listener on %s, the first on %s", l.Addr(), first)
+	}
+	// Taken (by the listener still open): another port, and the
+	// kubeconfig names it.
+	l2, err := localapi.ListenLocalKubeconfig(kc, "127.0.0.1:0", "tok", cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	l.Close()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Addr().String() == first || cfg.Host != "https://"+l2.Addr().String() {
+		t.Fatalf("with the port taken: %s, kubeconfig %s", l2.Addr(), cfg.Host)
+	}
+}

@@ -6,6 +6,10 @@ import (
 	"net/url"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metainternalversionscheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
+	metainternalversionvalidation "k8s.io/apimachinery/pkg/apis/meta/internalversion/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -88,48 +92,38 @@ type listOptions struct {
 	table  metav1.TableOptions
 }
 
-// parseListOptions decodes the query as the apiserver does (the same
-// parameter names and conversions) and parses the selectors; errors are
-// BadRequest.
+// parseListOptions decodes the query as kube-apiserver does (its
+// parameter codec, its validation of the options, its messages: a
+// decoding error or a bad selector is BadRequest, options that do not go
+// together are Invalid), then checks what the local API adds.
 func parseListOptions(q url.Values) (*listOptions, error) {
-	o := &listOptions{}
+	var in metainternalversion.ListOptions
+	if err := metainternalversionscheme.ParameterCodec.DecodeParameters(q, metav1.SchemeGroupVersion, &in); err != nil {
+		return nil, badRequest(err.Error())
+	}
+	if errs := metainternalversionvalidation.ValidateListOptions(&in, true); len(errs) > 0 {
+		return nil, apierrors.NewInvalid(schema.GroupKind{Group: metav1.GroupName, Kind: "ListOptions"}, "", errs)
+	}
+	o := &listOptions{labels: in.LabelSelector, fields: in.FieldSelector}
+	if o.labels == nil {
+		o.labels = labels.Everything()
+	}
+	if o.fields == nil {
+		o.fields = fields.Everything()
+	}
 	// ListOptions are registered in every group version ("v1" here).
 	if err := scheme.ParameterCodec.DecodeParameters(q, schema.GroupVersion{Version: "v1"}, &o.ListOptions); err != nil {
-		return nil, badRequest(fmt.Sprintf("invalid query: %v", err))
+		return nil, badRequest(err.Error())
 	}
 	o.table.IncludeObject = metav1.IncludeObjectPolicy(q.Get("includeObject"))
-	var err error
-	if o.labels, err = labels.Parse(o.LabelSelector); err != nil {
-		return nil, badRequest(fmt.Sprintf("unable to parse labelSelector %q: %v", o.LabelSelector, err))
-	}
-	if o.fields, err = fields.ParseSelector(o.FieldSelector); err != nil {
-		return nil, badRequest(fmt.Sprintf("unable to parse fieldSelector %q: %v", o.FieldSelector, err))
-	}
 	if o.Limit < 0 {
-		return nil, badRequest("limit must not be negative")
-	}
-	switch o.ResourceVersionMatch {
-	case "", metav1.ResourceVersionMatchNotOlderThan, metav1.ResourceVersionMatchExact:
-	default:
-		return nil, badRequest(fmt.Sprintf("resourceVersionMatch %q is not supported (only %q and %q)",
-			o.ResourceVersionMatch, metav1.ResourceVersionMatchNotOlderThan, metav1.ResourceVersionMatchExact))
-	}
-	if o.ResourceVersionMatch != "" && o.ResourceVersion == "" && !o.Watch {
-		return nil, badRequest("resourceVersionMatch is forbidden unless resourceVersion is provided")
-	}
-	if o.ResourceVersionMatch == metav1.ResourceVersionMatchExact && o.ResourceVersion == "0" {
-		return nil, badRequest(`resourceVersionMatch "Exact" is forbidden for resourceVersion "0"`)
+		o.Limit = 0 // none, as in kube-apiserver
 	}
 	if o.Continue != "" && o.ResourceVersion != "" && o.ResourceVersion != "0" {
 		return nil, badRequest("specifying resource version is not allowed when using continue")
 	}
-	if o.SendInitialEvents != nil && *o.SendInitialEvents {
-		if !o.AllowWatchBookmarks {
-			return nil, badRequest("sendInitialEvents requires setting allowWatchBookmarks to true")
-		}
-		if o.ResourceVersionMatch != metav1.ResourceVersionMatchNotOlderThan {
-			return nil, badRequest(fmt.Sprintf("sendInitialEvents requires resourceVersionMatch %q", metav1.ResourceVersionMatchNotOlderThan))
-		}
+	if o.SendInitialEvents != nil && *o.SendInitialEvents && !o.AllowWatchBookmarks {
+		return nil, badRequest("sendInitialEvents requires setting allowWatchBookmarks to true")
 	}
 	switch o.table.IncludeObject {
 	case "", metav1.IncludeNone, metav1.IncludeMetadata, metav1.IncludeObject:

@@ -114,6 +114,59 @@ func newView(capacity int, budget *encBudget) *view {
 func (v *view) initLocked(st boltinformer.ObservedState) {
 	v.resetLocked(st.Objects, st.ResourceVersion)
 	v.synced = st.Synced
+	v.loadWindowLocked(st.Window)
+}
+
+// loadWindowLocked fills the window with the changes the file kept
+// (boltinformer.Informer.KeepWindow), the newest the capacity holds, when
+// they end at the view's content: the last change of each key is its
+// current object (or its absence), at or before the view's
+// resourceVersion. Else the window stays empty, and a watch from before
+// the content gets 410 as before. Caller holds mu (or owns v), after
+// resetLocked.
+func (v *view) loadWindowLocked(win []boltinformer.WindowChange) {
+	if len(win) == 0 || v.next != v.first {
+		return
+	}
+	if len(win) > v.capacity {
+		win = win[len(win)-v.capacity:]
+	}
+	if c, err := resourceversion.CompareResourceVersion(win[len(win)-1].ResourceVersion, v.rv); err != nil || c > 0 {
+		return
+	}
+	last := map[string]int{}
+	for i, w := range win {
+		last[w.Key] = i
+	}
+	for key, i := range last {
+		cur, w := v.objs[key], win[i]
+		switch {
+		case w.Type == boltinformer.ChangeDelete && cur != nil,
+			w.Type == boltinformer.ChangeUpsert && (cur == nil || rvOf(cur.obj) != w.ResourceVersion):
+			return // the window does not end at the content
+		}
+	}
+	rv := v.rv
+	v.startRV = win[0].PrevResourceVersion
+	for i, w := range win {
+		obj := v.objs[w.Key]
+		if w.Type == boltinformer.ChangeDelete || last[w.Key] != i || obj == nil {
+			obj = &item{obj: w.Object}
+			obj.dead.Store(true) // not the current version: keeps no encoding
+		}
+		var prev *item
+		typ := watch.Added
+		if w.Prev != nil {
+			prev = &item{obj: w.Prev}
+			prev.dead.Store(true)
+			typ = watch.Modified
+		}
+		if w.Type == boltinformer.ChangeDelete {
+			typ = watch.Deleted
+		}
+		v.addLocked(&event{typ: typ, key: w.Key, obj: obj, prev: prev, rv: w.ResourceVersion})
+	}
+	v.rv = rv // the content's, at or after the last change
 }
 
 // resetLocked replaces the objects. Caller holds mu (or owns v).

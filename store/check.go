@@ -146,6 +146,20 @@ func checkInformer(tx *Tx, inf string, add func(string, string, ...any), full fu
 		}
 		return nil
 	})
+	if evs, err := tx.Window(inf); err != nil {
+		add(inf, "window: %v", err)
+	} else {
+		for i, e := range evs {
+			for _, raw := range [][]byte{e.Object, e.Prev} {
+				if raw == nil {
+					continue
+				}
+				if _, err := ViewRecord(e.Key, raw); err != nil {
+					add(inf, "window event %d (%q): %v", i+1, e.Key, err)
+				}
+			}
+		}
+	}
 	if st != nil {
 		for _, name := range st.Indexes {
 			if !tx.HasIndex(inf, name) && len(want[name]) > 0 {

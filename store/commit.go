@@ -66,8 +66,16 @@ type Batch struct {
 	// kept delete of the informer: those it returns true for are removed.
 	PruneDeletes func(rv string) bool
 	// Reset drops all objects and index buckets of the informer before Ops
-	// are applied (a cold start replacing old data).
+	// are applied (a cold start replacing old data), and its window.
 	Reset bool
+	// WindowReset clears the informer's window (window.go) before Window
+	// is appended: the batch's changes are not all in it.
+	WindowReset bool
+	// Window are the batch's changes, in order, appended to the informer's
+	// window after the Ops; then only the newest WindowKeep events are
+	// kept (0: all).
+	Window     []WindowEvent
+	WindowKeep int
 	// DropIndexes removes these index buckets.
 	DropIndexes []string
 	// Ops are applied in order.
@@ -218,7 +226,7 @@ func applyBatch(tx *bolt.Tx, b *Batch, now time.Time) error {
 	if b.Reset {
 		all := tx.Bucket(bucketInformers)
 		if root := all.Bucket([]byte(b.Informer)); root != nil {
-			for _, name := range [][]byte{bucketObjects, bucketIndexes, bucketDeletes} {
+			for _, name := range [][]byte{bucketObjects, bucketIndexes, bucketDeletes, bucketWindow} {
 				if root.Bucket(name) != nil {
 					if err := root.DeleteBucket(name); err != nil {
 						return err
@@ -267,6 +275,9 @@ func applyBatch(tx *bolt.Tx, b *Batch, now time.Time) error {
 		if err := ib.pruneDeletes(b.PruneDeletes); err != nil {
 			return err
 		}
+	}
+	if err := ib.applyWindow(b); err != nil {
+		return err
 	}
 	var old *State
 	if v := ib.root.Get(keyState); v != nil {

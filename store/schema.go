@@ -23,7 +23,9 @@ import (
 // protobuf codec and the state's types; version 5 adds the deletes kept for
 // checkpoints ("deletes" in an informer's bucket) and the checkpoints
 // ("checkpoints" at the root), which a version 4 writer would not keep in
-// step.
+// step, and the window of recent changes ("window" in an informer's
+// bucket, window.go), which every writer of the informer's objects must
+// append to or clear.
 const FormatVersion uint32 = 5
 
 // The bucket layout (since format version 3; versions 1 and 2 had no
@@ -43,6 +45,9 @@ const FormatVersion uint32 = 5
 //	        ├── "deletes"                bucket (version 5, optional)
 //	        │   └── <bucket key>  -> Record envelope of the object's last
 //	        │                        state, at the delete's resourceVersion
+//	        ├── "window"                 bucket (version 5, optional)
+//	        │   └── <sequence number, 8 bytes big-endian> -> window event
+//	        │                        (msgpack array, window.go)
 //	        └── "indexes"                bucket
 //	            └── <index name>         bucket, one per index
 //	                └── <entry value> 0x00 <bucket key> -> (empty)

@@ -51,7 +51,9 @@ Watches get the objects and then bookmarks only: nothing changes. Writes get
 
 It listens with TLS on --listen (a loopback address only; the certificate
 and the bearer token are made in --state-dir) and writes a kubeconfig for
-kubectl and other clients; --socket adds a Unix socket (mode 0600) for Go
+kubectl and other clients; with port 0 (the default) a restart takes the
+port of the kubeconfig it finds again (give --state-dir or --kubeconfig),
+so long-running clients reconnect; --socket adds a Unix socket (mode 0600) for Go
 clients. Secrets are served only with --secrets; encrypted payloads need
 --key-file. An informer whose objects do not all decode is not served (its
 requests get 403 with the reason), nor one whose file holds no complete
@@ -67,7 +69,7 @@ list. It runs until interrupted.`,
 			return a.serve(cmd, args[0], &o, keys)
 		},
 	}
-	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:0", `loopback address to serve on with TLS ("" for none)`)
+	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:0", `loopback address to serve on with TLS ("" for none); port 0 takes the port of an existing --kubeconfig again, else a free one`)
 	cmd.Flags().StringVar(&o.socket, "socket", "", "also serve on a Unix socket (mode 0600) at this path")
 	cmd.Flags().StringVar(&o.kubeconfig, "kubeconfig", "", "write the clients' kubeconfig here (default: STATE-DIR/kubeconfig)")
 	cmd.Flags().StringVar(&o.stateDir, "state-dir", "", "directory (0700) of the token, the TLS certificate and key (default: a new temporary one, removed at exit); an existing one must be yours (or root's) and writable by no one else")
@@ -132,19 +134,17 @@ func (a *app) serve(cmd *cobra.Command, path string, o *serveOptions, keys *encr
 	}
 	var kubeconfig string
 	if o.listen != "" {
-		l, err := localapi.ListenLocal(o.listen, cert)
-		if err != nil {
-			return err
-		}
-		listeners = append(listeners, l)
 		kubeconfig = o.kubeconfig
 		if kubeconfig == "" {
 			kubeconfig = filepath.Join(dir, "kubeconfig")
 		}
-		if err := localapi.WriteKubeconfig(kubeconfig, l.Addr().String(), hopts.Token, cert); err != nil {
-			closeAll()
+		// A port of 0 takes the kubeconfig's port again, when there is
+		// one: clients of the last run reconnect.
+		l, err := localapi.ListenLocalKubeconfig(kubeconfig, o.listen, hopts.Token, cert)
+		if err != nil {
 			return err
 		}
+		listeners = append(listeners, l)
 		fmt.Fprintf(out, "serving https://%s\nkubeconfig: %s\n", l.Addr(), kubeconfig)
 	}
 	if o.socket != "" {
@@ -195,7 +195,7 @@ func (a *app) snapshots(cmd *cobra.Command, path string, keys *encryptionconfig.
 				snaps = append(snaps, s)
 				continue
 			}
-			s.Resource, s.ResourceVersion = st.Resource, st.ResourceVersion
+			s.Resource, s.ResourceVersion, s.ListOptions = st.Resource, st.ResourceVersion, st.ListOptions
 			var bad int
 			var reason string
 			_, err := scanObjects(tx, inf, nil, d, func(string) bool { return true }, func(o *object) error {

@@ -176,3 +176,26 @@ func TestServeRefusals(t *testing.T) {
 		t.Fatalf("a public address: %d %s", code, stderr)
 	}
 }
+
+// A restart of `inspect serve` with the same --state-dir (or --kubeconfig)
+// and the default --listen 127.0.0.1:0 serves on the same port, so that a
+// long-running client (kubectl -w, an informer) reconnects with the
+// kubeconfig it read (issue 26 item 6: each start took a new port and
+// rewrote the kubeconfig).
+func TestRegressionServeKeepsPort(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	cfg, stop := startServe(t, fixture(t), "--state-dir", state)
+	first := cfg.Host
+	if _, _, code := stop(); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	cfg, stop = startServe(t, fixture(t), "--state-dir", state)
+	defer stop()
+	if cfg.Host != first {
+		t.Fatalf("the second start serves on %s, the first on %s", cfg.Host, first)
+	}
+	var pods corev1.PodList
+	if err := coreClient(t, cfg).Get().Resource("pods").Do(t.Context()).Into(&pods); err != nil || len(pods.Items) != 6 {
+		t.Fatalf("pods: %v, %d", err, len(pods.Items))
+	}
+}

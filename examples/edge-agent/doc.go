@@ -24,7 +24,17 @@
 //
 // It serves /metrics (Prometheus), /healthz and a small /status page
 // (which lists the node's Pods) on -listen, loopback by default; give
-// ":9090" to let a Prometheus on the network scrape it. With -report it
+// ":9090" to let a Prometheus on the network scrape it.
+//
+// It serves the node's cache to other programs on the node as a read-only
+// Kubernetes API (package localapi, the README's "Local API"): on a Unix
+// socket beside the cache file by default (-api-socket; mode 0600, only
+// the agent's user may connect, no token; Go clients use
+// localapi.UnixConfig), and with -api-listen 127.0.0.1:PORT also with TLS
+// and a bearer token on loopback, for kubectl and other languages'
+// clients, which read the kubeconfig it writes in -api-dir (beside the
+// cache file by default: edge-agent-api/kubeconfig for edge-agent.db).
+// Secrets are not served: their requests say so. -api=false turns it off. With -report it
 // prints one JSON line with its start timings and the requests it made,
 // for the demo (test/kas/cmd/demo).
 //
@@ -33,7 +43,8 @@
 // the stop comes before the caches synced (a cold start against a slow or
 // unreachable server), which it says on stderr ("stopped before the caches
 // synced", with the cause and the informers not synced). It exits 1 on an
-// error (the kubeconfig, the key file, the cache file, -listen).
+// error (the kubeconfig, the key file, the cache file, -listen, the local
+// API's socket, directory or address).
 //
 // Its restart test (restart_test.go) runs agentMain, the wiring main runs,
 // in children that recovery/crashtest kills with SIGKILL, against a fake

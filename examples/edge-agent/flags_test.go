@@ -106,6 +106,9 @@ func TestRegressionFlagsCheckedBeforeTheFile(t *testing.T) {
 		{"identity first", []string{"-key-file=" + identityFirst}, "the first provider for secrets is identity: Secrets would be cached in plaintext"},
 		{"kubeconfig", []string{"-key-file=" + keyFile, "-kubeconfig=" + filepath.Join(dir, "nope")}, "kubeconfig: "},
 		{"key file readable by others", []string{"-key-file=" + readable}, "-key-file: boltinformer: encryption configuration: " + readable + ": mode 0644: group or others may read it"},
+		{"api-listen not loopback", []string{"-key-file=" + keyFile, "-api-listen=0.0.0.0:6443"}, `-api-listen "0.0.0.0:6443": want a loopback address and port`},
+		{"api-listen without the API", []string{"-key-file=" + keyFile, "-api=false", "-api-listen=127.0.0.1:0"}, "-api-listen: the local API is off (-api=false)"},
+		{"api-socket not a socket", []string{"-key-file=" + keyFile, "-api-socket=" + keyFile}, "-api-socket: localapi: unsafe socket path: " + keyFile + " is a regular file, not a socket"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"-kubeconfig=" + kubeconfig, "-cache=" + cache}, tc.args...)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,6 +43,11 @@ type config struct {
 	kubeconfig, node, namespace, cachePath, listen, keyFile string
 	secrets, keepManagedFields, report, once                bool
 	duration                                                time.Duration
+	// The local API: on (api) by default, on the Unix socket apiSocket;
+	// with apiListen also with TLS on a loopback address, its token,
+	// certificate and kubeconfig in apiDir.
+	api                          bool
+	apiSocket, apiListen, apiDir string
 }
 
 func main() {
@@ -98,12 +104,23 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&c.report, "report", false, "print one JSON line with start timings and request counts once synced")
 	fs.BoolVar(&c.once, "once", false, "exit after the report (with -report)")
 	fs.DurationVar(&c.duration, "duration", 0, "run this long, then stop (0: until SIGTERM)")
+	fs.BoolVar(&c.api, "api", true, "serve the node's cache as a read-only Kubernetes API (the local API) on -api-socket, and on -api-listen when given")
+	fs.StringVar(&c.apiSocket, "api-socket", "", "the local API's Unix socket, mode 0600, no token (default: beside -cache, edge-agent.sock for edge-agent.db)")
+	fs.StringVar(&c.apiListen, "api-listen", "", `also serve the local API with TLS and a bearer token on this loopback address, for kubectl and other languages' clients ("127.0.0.1:0": a free port, kept across restarts); writes -api-dir/kubeconfig`)
+	fs.StringVar(&c.apiDir, "api-dir", "", "directory (0700) of the local API's token, TLS certificate and key, and kubeconfig (default: beside -cache, edge-agent-api for edge-agent.db)")
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	base := strings.TrimSuffix(c.cachePath, filepath.Ext(c.cachePath))
+	if c.apiSocket == "" {
+		c.apiSocket = base + ".sock"
+	}
+	if c.apiDir == "" {
+		c.apiDir = base + "-api"
 	}
 	return c, c.validate()
 }
@@ -134,6 +151,15 @@ func (c *config) validate() error {
 	}
 	if c.duration < 0 {
 		errs = append(errs, fmt.Errorf("-duration %s is negative", c.duration))
+	}
+	if c.apiListen != "" {
+		host, _, err := net.SplitHostPort(c.apiListen)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			errs = append(errs, fmt.Errorf("-api-listen %q: want a loopback address and port, e.g. 127.0.0.1:6443 (its only authentication is the token)", c.apiListen))
+		}
+		if !c.api {
+			errs = append(errs, errors.New("-api-listen: the local API is off (-api=false)"))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -206,12 +232,17 @@ func run(ctx context.Context, c *config, stdout io.Writer) error {
 	}
 	counter := &requestCounter{}
 	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
-	// The listener before the file, too: a taken port fails here.
+	// The listeners before the file, too: a taken port fails here.
 	l, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return fmt.Errorf("-listen: %w", err)
 	}
 	defer l.Close()
+	api, err := c.listenAPI()
+	if err != nil {
+		return err
+	}
+	defer api.close()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector())
@@ -226,11 +257,19 @@ func run(ctx context.Context, c *config, stdout io.Writer) error {
 	}
 
 	// The informers start first: a warm start resumes its watches and is
-	// synced (its file loaded) while the lister below decodes.
+	// synced (its file loaded) while the lister below decodes. The local
+	// API just before them: its window then holds every event. It stops
+	// (its watches end) before the informers do.
 	runCtx, cancel := context.WithCancel(ctx)
+	stopAPI, err := api.serve(runCtx, db)
+	if err != nil {
+		cancel()
+		return err
+	}
 	f.StartWithContext(runCtx)
 	defer func() {
 		cancel()
+		stopAPI()
 		f.Shutdown() // before db.Close: the informers stop, then the file is flushed
 	}()
 	// Synced is watched beside the lister's first answer: on a warm start
