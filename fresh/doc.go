@@ -20,9 +20,13 @@
 //
 // The informer calls the Tracker's loop methods (Applied, Bookmark, Listed)
 // for every delta it applies, one by one and in order, whether the deltas
-// came alone or in a batch, holding the lock that serializes them
+// came alone or in a batch, and EndBatch after each batch (a single delta
+// is a batch of one), holding the lock that serializes them
 // (Options.Lock); the Tracker's Run reads the server and takes that lock
-// to compare with the cache.
+// to compare with the cache. When the informer is made fresh at an R
+// ahead of what its watch has applied (a plan done by the metadata list),
+// Skip tells it which of the watch's later events are history the cache
+// already holds.
 //
 // It never applies a delta, writes the store, or calls a handler.
 package fresh
