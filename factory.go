@@ -109,15 +109,6 @@ type FactoryOptions struct {
 	// entry's instead); a generated informer built with a scope of its own
 	// (corev1informers.New(f, ns, tweak)) gets what it asked for.
 	Scopes map[string]Scope
-	// InitialOrder, when set, ranks the informers one Start starts: a warm
-	// start's objects reach the handlers of an informer only once those
-	// of every lower-ranked one have (their initial lists are queued), a
-	// few milliseconds later on a warm start. A controller manager puts
-	// owners before their dependents (Deployments, then ReplicaSets, then
-	// Pods): its garbage collector then learns of an owner before its
-	// dependents, instead of reading each missing owner from the server.
-	// Nil hands every informer's initial list over at once.
-	InitialOrder func(schema.GroupVersionResource) int
 }
 
 // Factory builds informers for many resources on one DB (one file, one

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 	"sync"
 	"time"
 
@@ -368,58 +367,13 @@ func (f *Factory) StartWithContext(ctx context.Context) {
 			f.logger.Info("Warning: a Keyrings entry matches none of the factory's informers (yet); check its spelling", "entry", e.entry)
 		}
 	}
-	var starting []*factoryEntry
 	for _, e := range f.entries {
 		if e.started || e.metadata {
 			continue
 		}
 		e.started = true
-		starting = append(starting, e)
-	}
-	f.orderInitial(starting)
-	for _, e := range starting {
 		f.wg.Go(func() { e.informer.RunWithContext(ctx) })
 	}
-}
-
-// orderInitial makes each persistent informer of entries wait, before
-// handing its initial objects to its handlers, for those of lower rank
-// (FactoryOptions.InitialOrder). Caller holds mu.
-func (f *Factory) orderInitial(entries []*factoryEntry) {
-	rank := f.opts.InitialOrder
-	if rank == nil {
-		return
-	}
-	for _, e := range entries {
-		if e.persistent == nil {
-			continue
-		}
-		var after []cache.DoneChecker
-		for _, o := range entries {
-			if o.persistent != nil && o != e && rank(o.resource()) < rank(e.resource()) {
-				after = append(after, o.persistent.initialHandledChecker())
-			}
-		}
-		e.persistent.setInitialAfter(after)
-	}
-}
-
-// resource returns the entry's resource: its gvr, or the one its
-// persistent informer names (InformerOptions.Resource, a
-// GroupVersionResource's string).
-func (e *factoryEntry) resource() schema.GroupVersionResource {
-	if !e.gvr.Empty() || e.persistent == nil {
-		return e.gvr
-	}
-	gv, res, ok := strings.Cut(e.persistent.Resource(), ", Resource=")
-	if !ok {
-		return schema.GroupVersionResource{}
-	}
-	g, err := schema.ParseGroupVersion(gv)
-	if err != nil {
-		return schema.GroupVersionResource{}
-	}
-	return g.WithResource(res)
 }
 
 // Shutdown marks the factory as shutting down (Start, and its

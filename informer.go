@@ -281,9 +281,6 @@ type Informer struct {
 	// handlers' own HasSynced builds on it.
 	initialDone    chan struct{}
 	handlersSynced chan struct{}
-	// initialHandled is closed once the handlers added before Run have
-	// handled the initial adds (a processor barrier after them).
-	initialHandled chan struct{}
 	diskAnswer     atomic.Bool // the next ReplacedAll is the disk answer
 	counters       informerCounters
 	// apply is what the cache could not apply as received (apply.go).
@@ -318,9 +315,6 @@ type Informer struct {
 	resyncCheckPeriod               time.Duration
 	defaultEventHandlerResyncPeriod time.Duration
 	listeners                       map[*processor.Listener]struct{}
-	// initialAfter are the checkers distributeInitial waits for
-	// (setInitialAfter, a Factory's InitialOrder).
-	initialAfter []cache.DoneChecker
 	// lateWG waits for the goroutines that queue a late handler's
 	// unchanged objects (ChangedFirst); Run waits for them.
 	lateWG sync.WaitGroup
@@ -488,7 +482,6 @@ func (db *DB) NewInformer(name string, lw cache.ListerWatcher, example runtime.O
 		logger:                          logger,
 		synced:                          make(chan struct{}),
 		initialDone:                     make(chan struct{}),
-		initialHandled:                  make(chan struct{}),
 		handlersSynced:                  make(chan struct{}),
 		resyncCheckPeriod:               resync,
 		defaultEventHandlerResyncPeriod: resync,
@@ -695,21 +688,7 @@ func (s *Informer) start(ctx context.Context) (bool, error) {
 func (s *Informer) distributeInitial(warm bool) {
 	if !warm {
 		close(s.initialDone)
-		close(s.initialHandled)
 		return
-	}
-	s.startedMu.Lock()
-	after, ctx := s.initialAfter, s.runCtx
-	s.startedMu.Unlock()
-	if len(after) > 0 {
-		// Owners first (FactoryOptions.InitialOrder): their handlers have
-		// handled their objects before ours get any. Bounded: a handler
-		// removed meanwhile never reaches its barrier.
-		wctx, cancel := context.WithTimeout(ctx, initialOrderWait)
-		if !cache.WaitFor(wctx, "initial lists of lower rank", after...) && ctx.Err() == nil {
-			s.logger.Info("Warning: the initial lists of lower rank were not handled in time: handing over this informer's", "wait", initialOrderWait)
-		}
-		cancel()
 	}
 	// The objects come in batches as they are decoded (in parallel), and
 	// each is queued at once: the handlers start on the first while the
@@ -724,39 +703,12 @@ func (s *Informer) distributeInitial(warm bool) {
 		}
 	})
 	s.blockDeltas.Lock()
+	defer s.blockDeltas.Unlock()
 	// initialDone first: progressLocked sends nothing before it, so no
 	// handler's position passes an initial add still queued (review).
 	close(s.initialDone)
 	s.progressLocked()
-	handled := s.processor.Barrier()
-	s.blockDeltas.Unlock()
-	select {
-	case <-handled:
-	case <-ctx.Done():
-	}
-	close(s.initialHandled)
 }
-
-// initialOrderWait bounds how long an informer waits for the initial
-// lists of lower rank to be handled (FactoryOptions.InitialOrder).
-const initialOrderWait = 30 * time.Second
-
-// setInitialAfter makes a warm start hand its objects to its handlers
-// only once checkers are done. Before Run.
-func (s *Informer) setInitialAfter(checkers []cache.DoneChecker) {
-	s.startedMu.Lock()
-	defer s.startedMu.Unlock()
-	s.initialAfter = checkers
-}
-
-// initialHandledChecker is done once the handlers added before Run have
-// handled a warm start's objects (at once for a cold start).
-func (s *Informer) initialHandledChecker() cache.DoneChecker { return initialChecker{s} }
-
-type initialChecker struct{ s *Informer }
-
-func (c initialChecker) Name() string          { return "boltinformer " + c.s.name + " initial list handled" }
-func (c initialChecker) Done() <-chan struct{} { return c.s.initialHandled }
 
 // undecodableSink forwards the indexer's OnUndecodable to the informer,
 // holding what the background fill reports before the informer exists.

@@ -307,8 +307,6 @@ func (l *Listener) handle(n Notification, backlog int) (crashed bool) {
 		l.handler.OnDelete(n.Old)
 	case ProgressNotification:
 		l.delivered.Store(&n.At)
-	case barrierNotification:
-		n.b.reached()
 	}
 	return false
 }

@@ -37,12 +37,7 @@ type ProgressNotification struct {
 	At string
 }
 
-// barrierNotification calls no handler: the listener reports it reached
-// (Processor.Barrier).
-type barrierNotification struct{ b *barrier }
-
 func (AddNotification) isNotification()      {}
 func (ProgressNotification) isNotification() {}
-func (barrierNotification) isNotification()  {}
 func (UpdateNotification) isNotification()   {}
 func (DeleteNotification) isNotification()   {}

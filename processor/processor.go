@@ -321,38 +321,3 @@ func (p *Processor) stopLocked(l *Listener) {
 		close(l.finished)
 	}
 }
-
-// barrier is one Barrier: done is closed once every listener it was
-// queued to has reached it.
-type barrier struct {
-	mu   sync.Mutex
-	left int
-	done chan struct{}
-}
-
-func (b *barrier) reached() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.left--
-	if b.left == 0 {
-		close(b.done)
-	}
-}
-
-// Barrier queues a marker to every listener and returns a channel closed
-// once each has handled everything queued to it before the marker (at
-// once when there is no listener). A listener removed before it gets
-// there never does: wait with a bound.
-func (p *Processor) Barrier() <-chan struct{} {
-	p.listenersLock.RLock()
-	defer p.listenersLock.RUnlock()
-	b := &barrier{left: len(p.listeners), done: make(chan struct{})}
-	if b.left == 0 {
-		close(b.done)
-		return b.done
-	}
-	for l := range p.listeners {
-		l.enqueue(barrierNotification{b})
-	}
-	return b.done
-}

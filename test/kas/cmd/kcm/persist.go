@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/controller-manager/pkg/clientbuilder"
@@ -73,10 +72,6 @@ func persist(ctx context.Context, c *config.CompletedConfig, root clientbuilder.
 		// per process by CreateControllerContext.
 		InformerName: cc.InformerFactory.InformerName(),
 		Keyrings:     keyrings,
-		// Owners' initial lists before their dependents': the garbage
-		// collector learns of a ReplicaSet before its Pods, instead of
-		// reading each owner it has not seen yet from the apiserver.
-		InitialOrder: ownersFirst,
 		Informer: boltinformer.InformerOptions{
 			TransformID:  trimID,
 			SyncPolicy:   policy,
@@ -135,18 +130,4 @@ func metadataClient(c *rest.Config) (metadata.Interface, error) {
 		return nil, fmt.Errorf("kcm: metadata client: %w", err)
 	}
 	return mc, nil
-}
-
-// ownersFirst ranks kube-controller-manager's resources owners first:
-// Deployments, CronJobs, StatefulSets, DaemonSets, Services and the rest
-// (0), then ReplicaSets and Jobs (1), then what those own: Pods,
-// ControllerRevisions, EndpointSlices (2).
-func ownersFirst(gvr schema.GroupVersionResource) int {
-	switch gvr.Resource {
-	case "replicasets", "jobs":
-		return 1
-	case "pods", "controllerrevisions", "endpointslices":
-		return 2
-	}
-	return 0
 }
