@@ -105,7 +105,7 @@ lint-kcm:
 
 test-kcm: export BOLTINFORMER_KCM = 1
 test-kcm: lint-kcm
-	cd test/kas && $(GO) test -count=1 -timeout 60m -v ./kcm/
+	cd test/kas && $(GO) test -count=1 -timeout 60m -v -tags kcm ./cmd/kcm ./kcm/
 
 # Stock kube-controller-manager against the persistent one, restarts side by
 # side: BOLTINFORMER_BENCH_KCM_DEPLOYMENTS Deployments (default 1000) of

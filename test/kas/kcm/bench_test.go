@@ -435,8 +435,22 @@ func restart(t *testing.T, c *cluster, tr *tracker, o kcmOptions, waits int) ben
 		}
 		return ""
 	})
+	o.extra = append(o.extra, strings.Fields(os.Getenv("BOLTINFORMER_BENCH_KCM_ARGS"))...)
 	k := startKCM(t, c, o)
-	convergeWithin(t, o.mode+" restart", 10*time.Minute, tr.check)
+	check := tr.check
+	if os.Getenv("BOLTINFORMER_BENCH_KCM_TRACE") == "1" {
+		// What is not converged yet, once a second.
+		var last time.Time
+		check = func(ctx context.Context) string {
+			s := tr.check(ctx)
+			if now := time.Now(); s != "" && now.Sub(last) >= time.Second {
+				last = now
+				t.Logf("%s +%s: %s", o.mode, now.Sub(k.start).Round(100*time.Millisecond), s)
+			}
+			return s
+		}
+	}
+	convergeWithin(t, o.mode+" restart", 10*time.Minute, check)
 	r.converged = time.Since(k.start)
 	k.readStatsSynced(t, waits)
 	at, ok := syncMoment(k.log, waits)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	v1core "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -78,9 +79,15 @@ func run(ctx context.Context, c *config.CompletedConfig, b *boltFlags) error {
 	return nil
 }
 
+// gcOrderBound bounds how long the garbage collector's handler of a
+// dependent resource waits for its owners' handlers (ownersFirst): the
+// garbage collector's own initial sync timeout.
+const gcOrderBound = 30 * time.Second
+
 // rebuildGraphBuilder gives the garbage collector a graph builder over
 // cc's (replaced) informer factory, as app.CreateControllerContext built it
-// over the stock one.
+// over the stock one, with owners' initial adds queued before their
+// dependents' (ownersFirst).
 func rebuildGraphBuilder(ctx context.Context, cc *app.ControllerContext, b clientbuilder.ControllerClientBuilder) error {
 	if cc.GraphBuilder == nil {
 		return nil
@@ -97,6 +104,6 @@ func rebuildGraphBuilder(ctx context.Context, cc *app.ControllerContext, b clien
 	for _, r := range cc.ComponentConfig.GarbageCollectorController.GCIgnoredResources {
 		ignored[schema.GroupResource{Group: r.Group, Resource: r.Resource}] = struct{}{}
 	}
-	cc.GraphBuilder = garbagecollector.NewDependencyGraphBuilder(ctx, meta, cc.RESTMapper, ignored, cc.ObjectOrMetadataInformerFactory, cc.InformersStarted)
+	cc.GraphBuilder = garbagecollector.NewDependencyGraphBuilder(ctx, meta, cc.RESTMapper, ignored, newOwnersFirst(ctx, cc.ObjectOrMetadataInformerFactory, gcOrderBound), cc.InformersStarted)
 	return nil
 }
