@@ -101,7 +101,8 @@ func startClientInformer(t *testing.T, cfg *rest.Config) *clientInformer {
 	lw := cache.NewListWatchFromClient(rc, "pods", "", fields.Everything())
 	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	c := &clientInformer{inf: inf, lister: corev1listers.NewPodLister(inf.GetIndexer()), j: &journal{}}
-	if _, err := inf.AddEventHandler(c.j.handler()); err != nil {
+	reg, err := inf.AddEventHandler(c.j.handler())
+	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -110,7 +111,10 @@ func startClientInformer(t *testing.T, cfg *rest.Config) *clientInformer {
 	var once sync.Once
 	c.stop = func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(c.stop)
-	waitFor(t, "the client's informer to sync", inf.HasSynced)
+	// The handler's registration, not the informer: the informer's
+	// HasSynced says the store is filled, while the handler may still be
+	// handed its initial adds (client-go's semantics).
+	waitFor(t, "the client's handler to sync", reg.HasSynced)
 	return c
 }
 
