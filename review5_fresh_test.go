@@ -6,14 +6,20 @@ package boltinformer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
-	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -225,5 +231,117 @@ func TestReview5QueuedBookmarkBehindRMovesTheCacheBack(t *testing.T) {
 	}
 	if back {
 		t.Fatalf("fresh at R=%s (resumed from A=%s); the observer's changes (type@resourceVersion) went back: %v", r, a, seq)
+	}
+}
+
+// relistLW is a ListerWatcher over a stagedServer whose lists, once armed,
+// answer with the Source's state at listAt (what a kube-apiserver whose
+// watch cache lags may answer a list "not older than" an older
+// resourceVersion), and whose next failWatch watches fail.
+type relistLW struct {
+	*stagedServer
+	mu        sync.Mutex
+	listAt    int64
+	failWatch int
+	lists     []string
+}
+
+func (l *relistLW) List(o metav1.ListOptions) (runtime.Object, error) {
+	return l.ListWithContext(context.Background(), o)
+}
+
+func (l *relistLW) ListWithContext(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+	l.mu.Lock()
+	at := l.listAt
+	l.lists = append(l.lists, o.ResourceVersion)
+	l.mu.Unlock()
+	if at == 0 {
+		return l.Source.ListWithContext(ctx, o)
+	}
+	list := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: strconv.FormatInt(at, 10)}}
+	state := l.Source.StateAt(at)
+	for _, k := range sortedKeys(state) {
+		list.Items = append(list.Items, *state[k].(*corev1.Pod).DeepCopy())
+	}
+	return list, nil
+}
+
+func (l *relistLW) Watch(o metav1.ListOptions) (watch.Interface, error) {
+	return l.WatchWithContext(context.Background(), o)
+}
+
+func (l *relistLW) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	l.mu.Lock()
+	fail := l.failWatch > 0
+	if fail {
+		l.failWatch--
+	}
+	l.mu.Unlock()
+	if fail {
+		return nil, errors.New("review5: watch refused")
+	}
+	return l.stagedServer.WatchWithContext(ctx, o)
+}
+
+// TestReview5RelistBehindSkipToDropsEvents: Fresh at R ahead of the watch
+// (the plan done at once: only an object created at A+1 and deleted at
+// R=A+2 while down) sets skipTo = R. The watch then fails before it
+// delivered anything, and the reflector relists "not older than" its own
+// last resourceVersion, A: the answer is the server's state at A+1 (the
+// object exists; a kube-apiserver whose watch cache lags may answer so).
+// Listed does not clear skipTo, so the new watch's delete of the object
+// (at R) is skipped as history the cache holds: the object stays in the
+// cache, which the informer says is the server's.
+func TestReview5RelistBehindSkipToDropsEvents(t *testing.T) {
+	t.Skip("open: Listed does not clear skipTo: a relist at a resourceVersion before R, then the new watch's events up to R are skipped; reproduced, see the report")
+	f := newCacheFile(t, 2)
+	ghost := testobj.Pod(50, 3, 2, "")
+	ghostKey := ghost.Namespace + "/" + ghost.Name
+	if _, err := f.src.Create(ghost); err != nil {
+		t.Fatal(err)
+	}
+	created := f.src.ResourceVersion()
+	if err := f.src.Delete(ghostKey); err != nil {
+		t.Fatal(err)
+	}
+	srv := &stagedServer{Source: f.src, held: true}
+	lw := &relistLW{stagedServer: srv}
+	db, err := boltinformer.Open(f.path, &boltinformer.Options{Logger: &quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	inf, err := db.NewInformer("pods", lw, &corev1.Pod{}, 0, podIndexers(),
+		&boltinformer.InformerOptions{SyncPolicy: boltinformer.SyncAfterFresh, FreshBookmarkWait: time.Hour, Metadata: srv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runInformer(t, inf)
+	waitFor(t, "Fresh", inf.HasSynced)
+	if h := inf.Health(); h.FreshResourceVersion != f.src.ResourceVersion() {
+		t.Fatalf("health %+v, want fresh at R %s ahead of the watch", h, f.src.ResourceVersion())
+	}
+	at, _ := strconv.ParseInt(created, 10, 64)
+	lw.mu.Lock()
+	lw.listAt, lw.failWatch = at, 1
+	lw.mu.Unlock()
+	srv.mu.Lock()
+	srv.held = false
+	srv.mu.Unlock()
+	srv.watch(t, 0).Stop()
+	waitFor(t, "the relist", func() bool { return inf.WatchStats().Lists > 0 })
+	srv.watch(t, 1)
+	after := testobj.Pod(60, 3, 2, "")
+	if _, err := f.src.Create(after); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the event past R", func() bool {
+		return inf.Health().AppliedResourceVersion == f.src.ResourceVersion()
+	})
+	if d := diffObjects(f.src.Objects(), inf.GetStore().List()); d != "" {
+		lw.mu.Lock()
+		lists := lw.lists
+		lw.mu.Unlock()
+		t.Fatalf("fresh at R; relisted (list resourceVersions asked: %q) at %s; the cache differs from the server:\n%s", lists, created, d)
 	}
 }
