@@ -73,6 +73,12 @@ func (s *Informer) applyLocked(deltas []cache.Delta, isInInitialList bool, a *ap
 			if !ok {
 				return fmt.Errorf("boltinformer: bookmark delta did not contain BookmarkInfo: %T", d.Object)
 			}
+			if s.fr.Skip(info.ResourceVersion) {
+				// Behind the R the cache was made fresh at: applying it
+				// would move the resourceVersion back (review 5).
+				deltas = deltas[1:]
+				continue
+			}
 			s.indexer.Bookmark(info.ResourceVersion)
 			s.notifyLocked(Change{Type: ChangeBookmark, ResourceVersion: info.ResourceVersion})
 			s.fr.Bookmark(info.ResourceVersion)

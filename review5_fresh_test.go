@@ -86,7 +86,6 @@ func stageListCatchup(t *testing.T, f *cacheFile, down func(keys []string), last
 // With single deltas (no batch) the create would come after Fresh and be
 // skipped too, so this is a batch-only divergence.
 func TestReview5BatchCatchupThenTransientCreate(t *testing.T) {
-	t.Skip("open: Catchup.Observe answers caught up for every delta once its want map is empty, so a later delta of the batch does not reopen the plan; reproduced, see the report")
 	f := newCacheFile(t, 2)
 	ghost := testobj.Pod(50, 3, 2, "")
 	ghostKey := ghost.Namespace + "/" + ghost.Name
@@ -164,7 +163,6 @@ func (c *changeLog) list() []boltinformer.Change {
 // back from R to A (Health.AppliedResourceVersion, the file, the observers
 // after their bookmark at R), while its content stays the server's at R.
 func TestReview5QueuedBookmarkBehindRMovesTheCacheBack(t *testing.T) {
-	t.Skip("open: a bookmark delta behind skipTo is applied after the Fresh bookmark at R: the indexer and observers go back from R to A; reproduced, see the report")
 	f := newCacheFile(t, 2)
 	a := f.src.ResourceVersion()
 	srv := &stagedServer{Source: f.src, held: true}
@@ -293,7 +291,6 @@ func (l *relistLW) WatchWithContext(ctx context.Context, o metav1.ListOptions) (
 // (at R) is skipped as history the cache holds: the object stays in the
 // cache, which the informer says is the server's.
 func TestReview5RelistBehindSkipToDropsEvents(t *testing.T) {
-	t.Skip("open: Listed does not clear skipTo: a relist at a resourceVersion before R, then the new watch's events up to R are skipped; reproduced, see the report")
 	f := newCacheFile(t, 2)
 	ghost := testobj.Pod(50, 3, 2, "")
 	ghostKey := ghost.Namespace + "/" + ghost.Name

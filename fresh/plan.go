@@ -76,6 +76,8 @@ type Catchup struct {
 	// may be created again before R, and one the list does not have
 	// created and deleted again).
 	listed map[string]string
+	// complete: the catch-up is over (Complete; passed).
+	complete bool
 	// missed are the keys still pending when the watch passed R (set by
 	// Observe and ObserveProgress): in one history there are none.
 	missed []string
@@ -212,7 +214,7 @@ func PlanResume(list *metav1.PartialObjectMetadataList, keyOf func(*metav1.Parti
 func (c *Catchup) Pending() int { return len(c.want) }
 
 // Done reports whether the cache has caught up with the list.
-func (c *Catchup) Done() bool { return len(c.want) == 0 }
+func (c *Catchup) Done() bool { return c.complete || len(c.want) == 0 }
 
 // GoneKeys are the keys the list does not have (deleted while the cache
 // was not watching), as planned.
@@ -270,7 +272,7 @@ func (c *Catchup) ChangedKeys() []string {
 // order): caught up; a key still pending then was never brought, which
 // one history cannot do (Missed names them).
 func (c *Catchup) Observe(key, rv string, deleted bool) bool {
-	if len(c.want) == 0 {
+	if c.complete {
 		return true
 	}
 	if rv != "" {
@@ -302,7 +304,7 @@ func (c *Catchup) Observe(key, rv string, deleted bool) bool {
 	}
 	target, ok := c.want[key]
 	if !ok {
-		return false
+		return len(c.want) == 0
 	}
 	switch {
 	case target == "":
@@ -323,7 +325,7 @@ func (c *Catchup) Observe(key, rv string, deleted bool) bool {
 // and reports whether it has now caught up: at or after R, every event up
 // to R was applied, and a key still pending was never brought (Missed).
 func (c *Catchup) ObserveProgress(rv string) bool {
-	if len(c.want) == 0 {
+	if c.complete || len(c.want) == 0 {
 		return true
 	}
 	if cmp, err := resourceversion.CompareResourceVersion(rv, c.ResourceVersion); err == nil && cmp >= 0 {
@@ -348,4 +350,4 @@ func (c *Catchup) passed() {
 func (c *Catchup) Missed() []string { return c.missed }
 
 // Complete marks the cache caught up (a complete list was applied).
-func (c *Catchup) Complete() { c.want, c.listed = map[string]string{}, nil }
+func (c *Catchup) Complete() { c.want, c.listed, c.complete = map[string]string{}, nil, true }

@@ -243,10 +243,11 @@ func (t *Tracker) Applied(key, rv string, deleted, tombstone bool, count int) {
 		return
 	}
 	if c := t.catchup; c != nil {
-		if c.Observe(key, rv, deleted) {
-			// Fresh once the batch is applied: a later delta of it may
-			// bring what the plan must wait for again.
-			t.caughtUpNow = true
+		// Fresh once the batch is applied, if its last delta leaves the
+		// plan done: a later delta of the batch may bring what the plan
+		// must wait for again (an object created before R).
+		t.caughtUpNow = c.Observe(key, rv, deleted)
+		if t.caughtUpNow {
 			return
 		}
 		t.pending.Store(int64(c.Pending()))
@@ -267,7 +268,7 @@ func (t *Tracker) Applied(key, rv string, deleted, tombstone bool, count int) {
 // EndBatch notes the end of a batch of deltas (one delta alone too): the
 // catch-up the batch completed makes the informer fresh now.
 func (t *Tracker) EndBatch() {
-	if t.caughtUpNow && t.catchup != nil && !t.fresh && !t.listPending.Load() {
+	if t.caughtUpNow && t.catchup != nil && t.catchup.Done() && !t.fresh && !t.listPending.Load() {
 		t.caughtUp(t.catchup)
 	}
 	t.caughtUpNow = false
@@ -311,6 +312,10 @@ func (t *Tracker) Bookmark(rv string) {
 // start's first, or a relist): the cache is the server's state at rv.
 func (t *Tracker) Listed(rv string) {
 	t.listPending.Store(false)
+	// The list is the server's state now: nothing after it is history
+	// the cache holds (review 5: a list behind R, then the new watch's
+	// events up to R).
+	t.skipTo = ""
 	t.mark(rv)
 }
 
