@@ -127,18 +127,21 @@ func objectRun(deltas []cache.Delta) int {
 // holds blockDeltas.
 func (s *Informer) applyObjectsLocked(deltas []cache.Delta, isInInitialList bool, a *applyErrors) error {
 	s.counters.events.Add(int64(len(deltas)))
-	// History the cache holds already (fresh at a later R): not applied.
-	kept := deltas[:0:0]
-	for _, d := range deltas {
-		if _, rv, tomb := deltaMeta(d); d.Type != cache.Sync && !tomb && s.fr.Skip(rv) {
-			continue
+	if s.fr.Skipping() {
+		// History the cache holds already (fresh at a later R): not
+		// applied.
+		kept := make([]cache.Delta, 0, len(deltas))
+		for _, d := range deltas {
+			if _, rv, tomb := deltaMeta(d); d.Type != cache.Sync && !tomb && s.fr.Skip(rv) {
+				continue
+			}
+			kept = append(kept, d)
 		}
-		kept = append(kept, d)
+		if len(kept) == 0 {
+			return nil
+		}
+		deltas = kept
 	}
-	if len(kept) == 0 {
-		return nil
-	}
-	deltas = kept
 	count := s.indexer.Len()
 	txns := make([]cache.Transaction, len(deltas))
 	notes := make([]processor.Notification, len(deltas))

@@ -97,11 +97,10 @@ type Tracker struct {
 	// is applied: the cache then held the scope's state at R.
 	crossed bool
 	atR     int
-	// catchup is the metadata list's plan, nil when there is none;
-	// caughtUpNow says the deltas applied so far complete it (judged at
-	// the end of the batch: EndBatch).
-	catchup     *Catchup
-	caughtUpNow bool
+	// catchup is the metadata list's plan, nil when there is none; one
+	// the loop's deltas complete is judged at the end of their batch
+	// (EndBatch).
+	catchup *Catchup
 	// skipTo is R when the informer was made fresh at R ahead of what the
 	// watch had applied (its content equal to the server's at R): the
 	// watch's events up to R are history the content already holds (a
@@ -244,10 +243,9 @@ func (t *Tracker) Applied(key, rv string, deleted, tombstone bool, count int) {
 	}
 	if c := t.catchup; c != nil {
 		// Fresh once the batch is applied, if its last delta leaves the
-		// plan done: a later delta of the batch may bring what the plan
-		// must wait for again (an object created before R).
-		t.caughtUpNow = c.Observe(key, rv, deleted)
-		if t.caughtUpNow {
+		// plan done (EndBatch): a later delta of the batch may bring what
+		// the plan must wait for again (an object created before R).
+		if c.Observe(key, rv, deleted) {
 			return
 		}
 		t.pending.Store(int64(c.Pending()))
@@ -268,11 +266,14 @@ func (t *Tracker) Applied(key, rv string, deleted, tombstone bool, count int) {
 // EndBatch notes the end of a batch of deltas (one delta alone too): the
 // catch-up the batch completed makes the informer fresh now.
 func (t *Tracker) EndBatch() {
-	if t.caughtUpNow && t.catchup != nil && t.catchup.Done() && !t.fresh && !t.listPending.Load() {
+	if t.catchup != nil && t.catchup.Done() && !t.fresh && !t.listPending.Load() {
 		t.caughtUp(t.catchup)
 	}
-	t.caughtUpNow = false
 }
+
+// Skipping reports whether the informer skips the watch's history (Skip).
+// Caller holds Lock.
+func (t *Tracker) Skipping() bool { return t.skipTo != "" }
 
 // Skip reports whether the watch event of resourceVersion rv is history
 // the cache holds already (it was made fresh at a later R, see skipTo):

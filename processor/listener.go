@@ -150,8 +150,6 @@ func (l *Listener) Pending() int {
 	return l.pending.Len() + int(l.unhandled.Load())
 }
 
-// enqueue appends n to the buffer and wakes run if it waits. It never blocks
-// on the handler.
 // distribute queues a distributed notification, through the listener's
 // filter.
 func (l *Listener) distribute(n Notification) {
@@ -164,27 +162,26 @@ func (l *Listener) distribute(n Notification) {
 	l.enqueue(n)
 }
 
-func (l *Listener) enqueue(n Notification) { l.enqueueCounted(n, true) }
-
 // AddLate queues obj as an initial add that the listener does not wait
 // for to be synced: the informer hands a handler those of its objects that
 // matter less after it is published (InformerOptions.ChangedFirst).
 func (l *Listener) AddLate(obj any) {
-	l.enqueueCounted(AddNotification{Obj: obj, InInitialList: true, late: true}, false)
+	l.enqueue(AddNotification{Obj: obj, InInitialList: true, late: true})
 }
 
 // QueueProgress queues a ProgressNotification.
 func (l *Listener) QueueProgress(at string) { l.enqueue(ProgressNotification{At: at}) }
 
-// enqueueCounted queues n; count says whether an initial add is counted
-// for HasSynced now (not for a reserved one).
-func (l *Listener) enqueueCounted(n Notification, count bool) {
+// enqueue appends n to the buffer and wakes run if it waits; an initial
+// add (not a late one) is counted for HasSynced. It never blocks on the
+// handler.
+func (l *Listener) enqueue(n Notification) {
 	l.pendingLock.Lock()
 	if l.stopped.Load() {
 		l.pendingLock.Unlock()
 		return
 	}
-	if a, ok := n.(AddNotification); ok && a.InInitialList && !a.late && count {
+	if a, ok := n.(AddNotification); ok && a.InInitialList && !a.late {
 		l.synced.Start()
 	}
 	l.pending.WriteOne(n)
