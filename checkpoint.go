@@ -48,13 +48,13 @@ type checkpoints struct {
 	mu    sync.Mutex
 	all   map[string]Checkpoint
 	dirty map[string]bool // set or dropped since the last batch taken
-	taken map[string]bool // in the batch being committed
+	// taken are the checkpoints of the batch being committed, with the
+	// values it writes (nil: dropped).
+	taken map[string]*Checkpoint
 	// onDisk are the checkpoints as the file has them: deletes are pruned
 	// by these only, so that a prune never reaches the file before the
-	// checkpoint that allowed it. takenVals are the batch's values (nil:
-	// dropped).
-	onDisk    map[string]Checkpoint
-	takenVals map[string]*Checkpoint
+	// checkpoint that allowed it.
+	onDisk map[string]Checkpoint
 	// live are the positions of durable handlers, read at each batch:
 	// checkpoint name -> informer name -> position.
 	live map[string]map[string]func() string
@@ -249,27 +249,20 @@ func (c *checkpoints) Pending() (*store.Batch, error) {
 		return nil, nil
 	}
 	out := make(map[string][]byte, len(c.dirty))
+	taken := make(map[string]*Checkpoint, len(c.dirty))
 	for name := range c.dirty {
 		cp, ok := c.all[name]
 		if !ok {
-			out[name] = nil
+			out[name], taken[name] = nil, nil
 			continue
 		}
 		b, err := msgpack.Marshal(&cp)
 		if err != nil {
 			return nil, fmt.Errorf("boltinformer: encode checkpoint %q: %w", name, err)
 		}
-		out[name] = b
+		out[name], taken[name] = b, &cp
 	}
-	c.takenVals = make(map[string]*Checkpoint, len(c.dirty))
-	for name := range c.dirty {
-		if cp, ok := c.all[name]; ok {
-			c.takenVals[name] = &cp
-		} else {
-			c.takenVals[name] = nil
-		}
-	}
-	c.taken, c.dirty = c.dirty, map[string]bool{}
+	c.taken, c.dirty = taken, map[string]bool{}
 	return &store.Batch{Checkpoints: out}, nil
 }
 
@@ -283,7 +276,7 @@ func (c *checkpoints) Committed(_ *store.Batch, err error) {
 			c.dirty[name] = true
 		}
 	} else {
-		for name, cp := range c.takenVals {
+		for name, cp := range c.taken {
 			if cp == nil {
 				delete(c.onDisk, name)
 			} else {
@@ -291,7 +284,7 @@ func (c *checkpoints) Committed(_ *store.Batch, err error) {
 			}
 		}
 	}
-	c.taken, c.takenVals = nil, nil
+	c.taken = nil
 	c.mu.Unlock()
 	if err == nil {
 		// The positions moved: the informers may drop the deletes every
